@@ -1,0 +1,213 @@
+"""Every error agent-saga raises, in one tree branched by what the caller should do.
+
+::
+
+    SagaError                       anything agent-saga raises on purpose
+    ├── SagaUsageError              the library was called wrongly; fix the calling code
+    │   ├── NoActiveSaga            a tool was called outside any ``saga``
+    │   ├── HandlerNotRegistered    a compensation names a handler nobody registered
+    │   └── InvalidCompensation     a factory raised or returned something else
+    ├── GateRefused                 the pre-flight gate said no; nothing happened
+    │   └── SecretInKwargs          ...because a value looks like a credential
+    ├── CompensationFailed          rollback could not undo everything; a human must look
+    ├── LeaseLost                   this process lost its lease; recovery owns the saga now
+    ├── WALError                    the write-ahead log could not do what was asked
+    │   ├── WALFull                 backpressure: the queue is full (nothing was dropped)
+    │   ├── WALWriteFailed          a write or fsync failed; the record is NOT durable
+    │   ├── WALCorrupted            a reader met a damaged frame (offset attached)
+    │   ├── WALKeyMissing           the log is encrypted and no key was given
+    │   └── WALAuthenticationFailed the key is wrong or a record was tampered with
+    └── RecoveryError               the recovery daemon could not complete an action
+
+Errors carry what they are about as attributes (``saga_id``, ``step_id``,
+``tool``, ``handler``, ``offset``) so callers never parse messages. Messages say
+what to do next and never contain a credential.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompensationFailed",
+    "GateRefused",
+    "HandlerNotRegistered",
+    "InvalidCompensation",
+    "LeaseLost",
+    "NoActiveSaga",
+    "RecoveryError",
+    "SagaError",
+    "SagaUsageError",
+    "SecretInKwargs",
+    "WALAuthenticationFailed",
+    "WALCorrupted",
+    "WALError",
+    "WALFull",
+    "WALKeyMissing",
+    "WALWriteFailed",
+]
+
+
+class SagaError(Exception):
+    """Root of every error agent-saga raises on purpose.
+
+    Attributes:
+        saga_id: The saga the error is about, when there is one.
+        step_id: The step the error is about, when there is one.
+    """
+
+    def __init__(
+        self, message: str, *, saga_id: str | None = None, step_id: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.saga_id = saga_id
+        self.step_id = step_id
+
+
+class SagaUsageError(SagaError, TypeError):
+    """The library was called in a way it does not support; the message says how to fix it."""
+
+
+class NoActiveSaga(SagaUsageError):
+    """A ``@tool`` was called outside any ``saga``, so its effect could not be undone."""
+
+
+class HandlerNotRegistered(SagaUsageError):
+    """A compensation names a handler that is not in this process's registry.
+
+    Attributes:
+        handler: The missing handler name.
+    """
+
+    def __init__(self, message: str, *, handler: str, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.handler = handler
+
+
+class InvalidCompensation(SagaUsageError):
+    """A compensation factory raised, or returned something that is not a ``Compensation``."""
+
+
+class GateRefused(SagaError):
+    """The pre-flight gate refused a step before anything was written or called.
+
+    Attributes:
+        tool: Name of the refused tool.
+        reason: Why, in words a human can act on.
+        decided_by: Who or what decided (an approver's or a policy's name).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str = "",
+        reason: str = "",
+        decided_by: str = "",
+        saga_id: str | None = None,
+        step_id: int | None = None,
+    ) -> None:
+        super().__init__(message, saga_id=saga_id, step_id=step_id)
+        self.tool = tool
+        self.reason = reason or message
+        self.decided_by = decided_by
+
+
+class SecretInKwargs(GateRefused):
+    """A value that would be logged looks like a credential.
+
+    The message names the *path* of the value (``kwargs['auth']['token']``) and the
+    kind of secret, never the value itself. Pass a credential reference instead.
+
+    Attributes:
+        path: Where in the object the secret was found.
+        kind: What it looks like (``"Stripe secret key"``, ``"JWT"``, ...).
+    """
+
+    def __init__(self, message: str, *, path: str = "", kind: str = "", **kw: object) -> None:
+        super().__init__(message, reason=message, decided_by="secret-scan", **kw)  # type: ignore[arg-type]
+        self.path = path
+        self.kind = kind
+
+
+class CompensationFailed(SagaError):
+    """Rollback ran every compensation it could, but at least one failed.
+
+    The failed steps were escalated to the human queue. ``__cause__`` is the exception
+    that started the rollback.
+
+    Attributes:
+        failures: ``(step_id, tool, error)`` for each compensation that failed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failures: list[tuple[int, str, BaseException]] | None = None,
+        saga_id: str | None = None,
+    ) -> None:
+        super().__init__(message, saga_id=saga_id)
+        self.failures = failures or []
+
+
+class LeaseLost(SagaError):
+    """This process's lease lapsed and a recovery daemon claimed the saga (fencing).
+
+    The agent must stop: it records nothing more for the saga and runs no compensation;
+    the daemon that claimed the saga finishes it.
+    """
+
+
+class WALError(SagaError):
+    """The write-ahead log could not do what was asked.
+
+    Attributes:
+        path: The log file concerned, when known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.path = path
+
+
+class WALFull(WALError):
+    """The log's bounded queue is full. Nothing was dropped: retry, or use ``BLOCK``."""
+
+
+class WALWriteFailed(WALError):
+    """Writing or fsyncing a batch failed; none of the batch's records is acknowledged."""
+
+
+class WALCorrupted(WALError):
+    """A reader met a damaged or torn frame.
+
+    Attributes:
+        offset: Byte offset of the damaged frame.
+        length: How many bytes were skipped.
+    """
+
+    def __init__(
+        self, message: str, *, offset: int, length: int = 0, path: str | None = None
+    ) -> None:
+        super().__init__(message, path=path)
+        self.offset = offset
+        self.length = length
+
+
+class WALKeyMissing(WALError):
+    """The log holds encrypted records and no key was configured (``AGENT_SAGA_WAL_KEY``)."""
+
+
+class WALAuthenticationFailed(WALError):
+    """A record failed authentication: the key is wrong or the bytes were altered.
+
+    Attributes:
+        offset: Byte offset of the record that failed.
+    """
+
+    def __init__(self, message: str, *, offset: int, path: str | None = None) -> None:
+        super().__init__(message, path=path)
+        self.offset = offset
+
+
+class RecoveryError(SagaError):
+    """The recovery daemon could not complete an action (it escalates and goes on)."""

@@ -1,0 +1,109 @@
+"""The record vocabulary of the write-ahead log (pure: no I/O).
+
+Every record is a JSON object with a ``type`` key and, except for
+``escalation_resolved``, a ``saga`` key. ``docs/log-format.md`` is the normative
+description; this module is its executable half and must agree with it.
+
+Record types and their fields (``ts`` — wall-clock seconds — is on every record):
+
+``saga_begin``          saga, name, owner
+``gate``                saga, step, tool, semantics, decision ("approved"|"refused"),
+                        decided_by, reason
+``intent``              saga, step, attempt, tool, semantics, kwargs,
+                        idempotency_key, [resolver], [preimage]
+``committed``           saga, step, attempt, handler (null when the step has no
+                        durable compensation), kwargs (the compensation's), token
+``forward_failed``      saga, step, attempt, outcome ("no_effect"|"unknown"), error
+``compensating``        saga, step, token, by
+``compensated``         saga, step, token, by, [outcome]
+``compensation_failed`` saga, step, token, by, attempt, error, final (bool)
+``escalated``           saga, step (int or null), escalation, reason, by
+``escalation_resolved`` escalation, note, by
+``claim``               saga, by, expires (wall-clock seconds), fence (int)
+``saga_end``            saga, outcome ("committed"|"rolled_back"|"escalated"), by
+
+``saga_end`` is the only terminal record: a saga with one never needs work again.
+Step numbers are unique within a saga and given in the order steps *start*; the
+order of ``committed`` records in the log is the order steps *finished*, which is
+the order recovery unwinds in reverse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+__all__ = [
+    "CLAIM",
+    "COMMITTED",
+    "COMPENSATED",
+    "COMPENSATING",
+    "COMPENSATION_FAILED",
+    "ESCALATED",
+    "ESCALATION_RESOLVED",
+    "FORWARD_FAILED",
+    "GATE",
+    "INTENT",
+    "RECORD_TYPES",
+    "SAGA_BEGIN",
+    "SAGA_END",
+    "TERMINAL_OUTCOMES",
+    "idempotency_key",
+    "recovery_token",
+]
+
+SAGA_BEGIN: Final = "saga_begin"
+GATE: Final = "gate"
+INTENT: Final = "intent"
+COMMITTED: Final = "committed"
+FORWARD_FAILED: Final = "forward_failed"
+COMPENSATING: Final = "compensating"
+COMPENSATED: Final = "compensated"
+COMPENSATION_FAILED: Final = "compensation_failed"
+ESCALATED: Final = "escalated"
+ESCALATION_RESOLVED: Final = "escalation_resolved"
+CLAIM: Final = "claim"
+SAGA_END: Final = "saga_end"
+
+RECORD_TYPES: Final = frozenset(
+    {
+        SAGA_BEGIN,
+        GATE,
+        INTENT,
+        COMMITTED,
+        FORWARD_FAILED,
+        COMPENSATING,
+        COMPENSATED,
+        COMPENSATION_FAILED,
+        ESCALATED,
+        ESCALATION_RESOLVED,
+        CLAIM,
+        SAGA_END,
+    }
+)
+
+TERMINAL_OUTCOMES: Final = frozenset({"committed", "rolled_back", "escalated"})
+
+
+def _derive(saga_id: str, step: int, purpose: str) -> str:
+    digest = hashlib.sha256(f"agent-saga/{purpose}/{saga_id}/{step}".encode()).hexdigest()
+    return f"as-{purpose[:3]}-{digest[:40]}"
+
+
+def idempotency_key(saga_id: str, step: int) -> str:
+    """Return the deterministic idempotency key of a step's forward call.
+
+    Every attempt of the step uses the same key, so a service that honours
+    idempotency keys applies the forward effect at most once.
+    """
+    return _derive(saga_id, step, "forward")
+
+
+def recovery_token(saga_id: str, step: int) -> str:
+    """Return the deterministic recovery token of a step's compensation.
+
+    The same in-process and in every daemon: it is passed to the handler as its
+    ``idempotency_key`` and recorded with the claim and the result, so running the
+    compensation twice has the effect of running it once.
+    """
+    return _derive(saga_id, step, "compensation")

@@ -1,1 +1,83 @@
-"""agent-saga."""
+"""agent-saga: an undo button for AI agents.
+
+Wrap every tool call in a saga: each side effect is classified (REVERSIBLE,
+COMPENSABLE, IRREVERSIBLE), a pre-flight gate refuses what cannot be undone unless
+a human approved it, each step's inverse is derived from the call's actual result
+and logged durably, and a failure unwinds the saga newest step first.
+
+    from agent_saga import ActionSemantics, Compensation, saga, tool
+
+The import pulls in the standard library only.
+"""
+
+from __future__ import annotations
+
+from ._decorators import SagaContext, saga, tool
+from ._registry import register_handler
+from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
+from .errors import (
+    CompensationFailed,
+    GateRefused,
+    HandlerNotRegistered,
+    InvalidCompensation,
+    LeaseLost,
+    NoActiveSaga,
+    RecoveryError,
+    SagaError,
+    SagaUsageError,
+    SecretInKwargs,
+    WALAuthenticationFailed,
+    WALCorrupted,
+    WALError,
+    WALFull,
+    WALKeyMissing,
+    WALWriteFailed,
+)
+from .gate import (
+    AllowList,
+    ApprovalRequest,
+    Decision,
+    MaxArgument,
+    MaxSideEffects,
+    TerminalPrompt,
+    deny_all,
+)
+from .secrets import assert_no_secrets
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "ActionSemantics",
+    "AllowList",
+    "ApprovalRequest",
+    "Compensation",
+    "CompensationFailed",
+    "Decision",
+    "GateRefused",
+    "HandlerNotRegistered",
+    "InvalidCompensation",
+    "LeaseLost",
+    "MaxArgument",
+    "MaxSideEffects",
+    "NoActiveSaga",
+    "RecoveryError",
+    "Resolution",
+    "RetryPolicy",
+    "SagaContext",
+    "SagaError",
+    "SagaUsageError",
+    "SecretInKwargs",
+    "TerminalPrompt",
+    "WALAuthenticationFailed",
+    "WALCorrupted",
+    "WALError",
+    "WALFull",
+    "WALKeyMissing",
+    "WALWriteFailed",
+    "__version__",
+    "assert_no_secrets",
+    "deny_all",
+    "register_handler",
+    "saga",
+    "tool",
+]

@@ -1,0 +1,488 @@
+"""``@tool`` and ``saga``: thin shells around the engine (STYLE §2).
+
+Each decorator picks its sync or async wrapper once, at decoration time.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+from . import _engine as E
+from ._registry import accepts_keyword
+from ._runtime import (
+    Scope,
+    SagaOptions,
+    _current,
+    drive_async,
+    drive_sync,
+    is_async_context,
+    new_scope,
+    shielded,
+    sigint_deferred,
+)
+from ._tools import ToolSpec
+from ._types import ActionSemantics, RetryPolicy
+from .errors import CompensationFailed, LeaseLost, NoActiveSaga, SagaUsageError
+from .gate import Approver, Policy
+
+__all__ = ["SagaContext", "saga", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_REVERSIBLE = ActionSemantics.REVERSIBLE
+
+
+def _no_saga(spec: ToolSpec) -> NoActiveSaga:
+    return NoActiveSaga(
+        f"tool {spec.name!r} was called outside any saga, so its effect could not be undone; "
+        "run it inside `with saga(...)` / `async with saga(...)` (or call "
+        f"{spec.name}.__wrapped__ to bypass agent-saga deliberately)"
+    )
+
+
+def _make_spec(
+    fn: Callable[..., Any],
+    *,
+    semantics: ActionSemantics,
+    compensate: Callable[..., Any] | None,
+    name: str | None,
+    snapshot: Callable[..., Any] | None,
+    capture: Callable[..., Any] | None,
+    resolver: str | None,
+    handler: str | None,
+    no_effect_on: Iterable[type[BaseException]],
+    retry: RetryPolicy | None,
+    retry_on: Iterable[type[BaseException]],
+    idempotent: bool,
+) -> ToolSpec:
+    if not isinstance(semantics, ActionSemantics):
+        raise SagaUsageError(
+            f"semantics must be an ActionSemantics member, got {semantics!r}"
+        )
+    if semantics is ActionSemantics.IRREVERSIBLE and compensate is not None:
+        raise SagaUsageError(
+            "an IRREVERSIBLE tool has no compensation by definition; use COMPENSABLE"
+        )
+    if snapshot is not None and semantics is not _REVERSIBLE:
+        raise SagaUsageError("snapshot= is for REVERSIBLE tools; use capture= for durable pre-images")
+    if capture is not None and semantics is _REVERSIBLE:
+        raise SagaUsageError("capture= records a durable pre-image; REVERSIBLE tools use snapshot=")
+    for label, value in (("compensate", compensate), ("snapshot", snapshot), ("capture", capture)):
+        if value is not None and not callable(value):
+            raise SagaUsageError(f"{label}= must be callable")
+    for label, text in (("name", name), ("resolver", resolver), ("handler", handler)):
+        if text is not None and (not isinstance(text, str) or not text):
+            raise SagaUsageError(f"{label}= must be a non-empty string")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise SagaUsageError("retry= must be a RetryPolicy")
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):
+        signature = None
+    return ToolSpec(
+        name=name or getattr(fn, "__qualname__", None) or repr(fn),
+        semantics=semantics,
+        compensate=compensate,
+        snapshot=snapshot,
+        capture=capture,
+        resolver=resolver,
+        handler=handler,
+        no_effect_on=tuple(no_effect_on),
+        retry=retry,
+        retry_on=tuple(retry_on),
+        idempotent=idempotent,
+        signature=signature,
+        wants_idempotency_key=accepts_keyword(fn, "idempotency_key"),
+    )
+
+
+def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
+    reversible = spec.semantics is _REVERSIBLE
+    current = _current.get
+
+    if inspect.iscoroutinefunction(fn):
+        if reversible:
+
+            async def async_reversible(*args: Any, **kwargs: Any) -> Any:
+                scope = current()
+                if scope is None:
+                    raise _no_saga(spec)
+                if scope.policies:
+                    refusal = E.reversible_gate(scope, spec, args, kwargs)
+                    if refusal is not None:
+                        await drive_async(E.refusal_protocol(scope, spec, refusal), scope.run)
+                step = E.reversible_begin(scope, spec, args, kwargs)
+                try:
+                    result = await fn(*args, **kwargs)
+                except BaseException:
+                    E.reversible_failed(step)
+                    raise
+                return E.reversible_done(step, result)
+
+            wrapper: Callable[..., Any] = async_reversible
+        else:
+
+            async def async_durable(*args: Any, **kwargs: Any) -> Any:
+                scope = current()
+                if scope is None:
+                    raise _no_saga(spec)
+                return await drive_async(E.step_protocol(scope, spec, fn, args, kwargs), scope.run)
+
+            wrapper = async_durable
+    elif reversible:
+
+        def sync_reversible(*args: Any, **kwargs: Any) -> Any:
+            scope = current()
+            if scope is None:
+                raise _no_saga(spec)
+            if scope.is_async and is_async_context(scope):
+                return _sync_reversible_in_async(scope, spec, fn, args, kwargs)
+            if scope.policies:
+                refusal = E.reversible_gate(scope, spec, args, kwargs)
+                if refusal is not None:
+                    drive_sync(E.refusal_protocol(scope, spec, refusal), scope.run)
+            step = E.reversible_begin(scope, spec, args, kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                E.reversible_failed(step)
+                raise
+            return E.reversible_done(step, result)
+
+        wrapper = sync_reversible
+    else:
+
+        def sync_durable(*args: Any, **kwargs: Any) -> Any:
+            scope = current()
+            if scope is None:
+                raise _no_saga(spec)
+            protocol = E.step_protocol(scope, spec, fn, args, kwargs)
+            if scope.is_async and is_async_context(scope):
+                return drive_async(protocol, scope.run)
+            return drive_sync(protocol, scope.run)
+
+        wrapper = sync_durable
+
+    functools.update_wrapper(wrapper, fn)
+    wrapper.__agent_saga_tool__ = spec  # type: ignore[attr-defined]
+    return wrapper
+
+
+async def _sync_reversible_in_async(
+    scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any
+) -> Any:
+    if scope.policies:
+        refusal = E.reversible_gate(scope, spec, args, kwargs)
+        if refusal is not None:
+            await drive_async(E.refusal_protocol(scope, spec, refusal), scope.run)
+    step = E.reversible_begin(scope, spec, args, kwargs)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        E.reversible_failed(step)
+        raise
+    return E.reversible_done(step, result)
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def tool(
+    *,
+    semantics: ActionSemantics = ...,
+    compensate: Callable[..., Any] | None = ...,
+    name: str | None = ...,
+    snapshot: Callable[..., Any] | None = ...,
+    capture: Callable[..., Any] | None = ...,
+    resolver: str | None = ...,
+    handler: str | None = ...,
+    no_effect_on: Iterable[type[BaseException]] = ...,
+    retry: RetryPolicy | None = ...,
+    retry_on: Iterable[type[BaseException]] = ...,
+    idempotent: bool = ...,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    semantics: ActionSemantics = ActionSemantics.IRREVERSIBLE,
+    compensate: Callable[..., Any] | None = None,
+    name: str | None = None,
+    snapshot: Callable[..., Any] | None = None,
+    capture: Callable[..., Any] | None = None,
+    resolver: str | None = None,
+    handler: str | None = None,
+    no_effect_on: Iterable[type[BaseException]] = (),
+    retry: RetryPolicy | None = None,
+    retry_on: Iterable[type[BaseException]] = (Exception,),
+    idempotent: bool = False,
+) -> Any:
+    """Declare a function (sync or async) as an agent tool with a typed side effect.
+
+    Inside an async saga the tool is awaited (a sync tool then returns an
+    awaitable); inside a sync saga it is called directly. Outside any saga it
+    raises :class:`~agent_saga.errors.NoActiveSaga`. Name, docstring and signature
+    are kept; the original function is ``tool.__wrapped__``.
+
+    Args:
+        fn: The function, when used as bare ``@tool``. A bare ``@tool`` declares the
+            side effect IRREVERSIBLE: an unclassified effect needs approval.
+        semantics: REVERSIBLE, COMPENSABLE or IRREVERSIBLE.
+        compensate: Factory ``(result) -> Compensation`` evaluated right after the
+            call (``(result, preimage)`` when ``capture`` is given). Required for
+            COMPENSABLE tools (the gate refuses them otherwise).
+        name: The name recorded in the log (default: the function's qualified name).
+        snapshot: REVERSIBLE only: ``snapshot(*args, **kwargs) -> restore()``, taken
+            before the call, restores the previous state on rollback.
+        capture: Durable pre-image ``capture(**kwargs) -> JSON``, logged with the
+            intent before the call (for connectors that restore a previous state).
+        resolver: Name of a registered resolver deciding whether a call of unknown
+            outcome landed. Without one, such calls are escalated.
+        handler: The compensation handler's name, when static: the gate refuses the
+            step if no such handler is registered.
+        no_effect_on: Exception types proving the call did not take effect. Any
+            other exception leaves the outcome UNKNOWN (it may have landed).
+        retry: Retry policy for the forward call; every attempt is logged and all
+            attempts share one idempotency key.
+        retry_on: Which exceptions are retried (default: any ``Exception``).
+        idempotent: The service dedupes by idempotency key, so an attempt of unknown
+            outcome followed by a successful one happened once.
+
+    Returns:
+        The wrapped tool (or a decorator producing it).
+
+    Raises:
+        SagaUsageError: the declaration is inconsistent.
+    """
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(f):
+            raise SagaUsageError("@tool decorates a function")
+        if inspect.isasyncgenfunction(f) or inspect.isgeneratorfunction(f):
+            raise SagaUsageError("@tool cannot wrap a generator function")
+        spec = _make_spec(
+            f,
+            semantics=semantics,
+            compensate=compensate,
+            name=name,
+            snapshot=snapshot,
+            capture=capture,
+            resolver=resolver,
+            handler=handler,
+            no_effect_on=no_effect_on,
+            retry=retry,
+            retry_on=retry_on,
+            idempotent=idempotent,
+        )
+        return _wrap(f, spec)
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+class SagaContext:
+    """What ``saga(...)`` returns: a context manager (sync and async) and a decorator.
+
+    Entering it starts a saga — or, inside another saga, a savepoint of it — and
+    gives the :class:`~agent_saga._runtime.Scope` (``.id``, ``.name``). One
+    ``SagaContext`` can be entered once at a time; as a decorator it starts a new
+    saga per call.
+    """
+
+    __slots__ = ("_options", "_scope", "_token")
+
+    def __init__(self, options: SagaOptions) -> None:
+        self._options = options
+        self._scope: Scope | None = None
+        self._token: Any = None
+
+    def _enter(self, is_async: bool, default_name: str = "saga") -> Scope:
+        if self._scope is not None:
+            raise SagaUsageError("this saga(...) block is already active; create a new one")
+        scope = new_scope(self._options, self._options.name or default_name, is_async)
+        self._scope = scope
+        self._token = _current.set(scope)
+        return scope
+
+    def _leave(self) -> Scope:
+        scope = self._scope
+        assert scope is not None
+        _current.reset(self._token)
+        self._scope = self._token = None
+        return scope
+
+    def __enter__(self) -> Scope:
+        return self._enter(False)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        scope = self._leave()
+        if exc is None:
+            if scope.parent is None:
+                drive_sync(E.settle_protocol(scope), scope.run)
+            return False
+        if isinstance(exc, LeaseLost):
+            return False  # recovery owns the saga now; this process must not touch it
+        with sigint_deferred():
+            failures = drive_sync(E.rollback_protocol(scope), scope.run)
+        if failures:
+            raise _compensation_failed(scope, failures) from exc
+        return False
+
+    async def __aenter__(self) -> Scope:
+        return self._enter(True)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        scope = self._leave()
+        if exc is None:
+            if scope.parent is None:
+                await drive_async(E.settle_protocol(scope), scope.run)
+            return False
+        if isinstance(exc, LeaseLost):
+            return False
+        failures = await shielded(drive_async(E.rollback_protocol(scope), scope.run))
+        if failures:
+            raise _compensation_failed(scope, failures) from exc
+        return False
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Decorate ``fn`` so that every call runs as one saga."""
+        return _decorate(fn, self._options)
+
+
+def _compensation_failed(
+    scope: Scope, failures: list[tuple[int, str, BaseException]]
+) -> CompensationFailed:
+    names = ", ".join(f"step {sid} ({tool_name})" for sid, tool_name, _ in failures)
+    return CompensationFailed(
+        f"rollback of saga {scope.name!r} ({scope.id}) could not undo {names}; they were "
+        "escalated — see `agent-saga escalations`",
+        failures=failures,
+        saga_id=scope.id,
+    )
+
+
+def _decorate(fn: Callable[P, R], options: SagaOptions) -> Callable[P, R]:
+    if not callable(fn):
+        raise SagaUsageError("@saga decorates a function")
+    if options.name is None:
+        options = SagaOptions(**{**_fields(options), "name": getattr(fn, "__qualname__", "saga")})
+    if inspect.iscoroutinefunction(fn):
+
+        async def async_saga(*args: Any, **kwargs: Any) -> Any:
+            async with SagaContext(options):
+                return await fn(*args, **kwargs)  # type: ignore[misc]
+
+        return functools.update_wrapper(async_saga, fn)  # type: ignore[return-value]
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise SagaUsageError("@saga cannot wrap a generator function")
+
+    def sync_saga(*args: Any, **kwargs: Any) -> Any:
+        with SagaContext(options):
+            return fn(*args, **kwargs)
+
+    return functools.update_wrapper(sync_saga, fn)  # type: ignore[return-value]
+
+
+def _fields(options: SagaOptions) -> dict[str, Any]:
+    return {f: getattr(options, f) for f in SagaOptions.__dataclass_fields__}
+
+
+@overload
+def saga(fn: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def saga(
+    name: str | None = ...,
+    /,
+    *,
+    wal_path: str | None = ...,
+    approver: Approver | None = ...,
+    policies: Iterable[Policy] = ...,
+    lease_seconds: float = ...,
+    compensation_retry: RetryPolicy | None = ...,
+    log: Any = ...,
+    encryptor: Any = ...,
+) -> SagaContext: ...
+
+
+def saga(
+    fn: Callable[..., Any] | str | None = None,
+    /,
+    *,
+    name: str | None = None,
+    wal_path: str | None = None,
+    approver: Approver | None = None,
+    policies: Iterable[Policy] = (),
+    lease_seconds: float = 30.0,
+    compensation_retry: RetryPolicy | None = None,
+    log: Any = None,
+    encryptor: Any = None,
+) -> Any:
+    """Run a block or a function as one saga: undo every completed step on failure.
+
+    Usable as ``@saga``, ``@saga(...)``, ``with saga(...) as s:`` and
+    ``async with saga(...) as s:``. On an exception, every completed step is
+    compensated newest first, each once, and the original exception propagates
+    unchanged. If a compensation fails, the others still run, the failed step is
+    escalated, and :class:`~agent_saga.errors.CompensationFailed` is raised with the
+    original exception as its ``__cause__``. A ``saga`` nested in another is a
+    savepoint: it undoes its own steps on failure; on success its steps join the
+    outer saga's unwind list.
+
+    Args:
+        fn: The function, when used as bare ``@saga`` (or the saga's name, as a
+            positional string).
+        name: Human-readable name recorded in the log (default: the function name).
+        wal_path: The write-ahead log (default ``$AGENT_SAGA_WAL_PATH`` or
+            ``./agent-saga.wal``); opened only when a durable record is written.
+        approver: Decides IRREVERSIBLE steps (default: deny all). Sync or async.
+        policies: Extra gate policies, e.g. ``MaxArgument("amount", 10_000)``.
+        lease_seconds: A saga whose owner has not renewed its lease for this long
+            may be claimed by the recovery daemon.
+        compensation_retry: Attempts and backoff for each compensation before the
+            step is escalated (default ``RetryPolicy()``: 3 attempts).
+        log: A log backend to use instead of the WAL (e.g. ``testing.MemoryLog()``).
+        encryptor: Encrypts the WAL at rest (default: ``AGENT_SAGA_WAL_KEY`` if set).
+
+    Returns:
+        A :class:`SagaContext`, or the decorated function.
+
+    Raises:
+        SagaUsageError: invalid options.
+    """
+    if isinstance(fn, str):
+        if name is not None:
+            raise SagaUsageError("give the saga's name once (positionally or name=)")
+        name, fn = fn, None
+    options = SagaOptions(
+        name=name,
+        wal_path=None if wal_path is None else str(wal_path),
+        approver=approver,
+        policies=tuple(policies),
+        lease_seconds=lease_seconds,
+        compensation_retry=compensation_retry or RetryPolicy(),
+        log=log,
+        encryptor=encryptor,
+    )
+    if fn is not None:
+        return _decorate(fn, options)
+    return SagaContext(options)
+
+

@@ -1,0 +1,677 @@
+"""The saga state machine: steps, scopes and the step/rollback protocols, without I/O.
+
+The protocols are generators that *yield commands* (``Append`` a record durably,
+``Submit`` one without waiting, ``Call`` user code, ``Approve``, ``Sleep``) and
+receive their results. ``_runtime`` drives them with a short sync loop or a short
+async loop — the only code that differs by colour (STYLE §1). Everything that
+decides *what* happens (gate verdicts, record contents, LIFO order, retry and
+escalation) lives here, once.
+
+The REVERSIBLE fast path is not a generator: it does no I/O at all, so it is a
+plain function both drivers share.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from . import _crash
+from ._registry import accepts_keyword, get_handler, is_registered
+from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
+from .errors import (
+    GateRefused,
+    HandlerNotRegistered,
+    InvalidCompensation,
+    SecretInKwargs,
+)
+from .gate import ApprovalRequest, Decision, as_decision, run_policies
+from .secrets import assert_no_secrets
+from .wal import records as R
+
+if TYPE_CHECKING:
+    from ._runtime import Run, Scope
+    from ._tools import ToolSpec
+
+__all__ = [
+    "Append",
+    "Approve",
+    "Call",
+    "Command",
+    "Sleep",
+    "Step",
+    "StepState",
+    "Submit",
+    "escalation_id",
+    "refusal_protocol",
+    "reversible_begin",
+    "reversible_done",
+    "reversible_failed",
+    "reversible_gate",
+    "rollback_protocol",
+    "settle_protocol",
+    "step_protocol",
+]
+
+REVERSIBLE: Final = ActionSemantics.REVERSIBLE
+COMPENSABLE: Final = ActionSemantics.COMPENSABLE
+IRREVERSIBLE: Final = ActionSemantics.IRREVERSIBLE
+
+
+# --- commands ---------------------------------------------------------------------
+
+
+class Append:
+    """Write ``record`` and wait until it is durable."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+
+class Submit:
+    """Queue ``record``; it becomes durable, in order, with the next ``Append``."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+
+class Call:
+    """Call user code ``fn(*args, **kwargs)``; await its result if it is awaitable."""
+
+    __slots__ = ("args", "fn", "kwargs")
+
+    def __init__(
+        self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+
+class Approve:
+    """Ask ``approver`` about ``request``; the driver sends back a ``Decision``."""
+
+    __slots__ = ("approver", "request")
+
+    def __init__(self, approver: Callable[..., Any], request: ApprovalRequest) -> None:
+        self.approver = approver
+        self.request = request
+
+
+class Sleep:
+    """Pause ``seconds`` (a retry backoff)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+Command = Append | Submit | Call | Approve | Sleep
+Protocol = Generator[Command, Any, Any]
+
+
+# --- steps ------------------------------------------------------------------------
+
+
+class StepState(enum.Enum):
+    """Where a step stands."""
+
+    RUNNING = "running"
+    COMMITTED = "committed"
+    NO_EFFECT = "no_effect"
+    UNKNOWN = "unknown"
+    COMPENSATED = "compensated"
+    ESCALATED = "escalated"
+
+
+class Step:
+    """One tool call inside a saga, as the engine tracks it."""
+
+    __slots__ = (
+        "attempts",
+        "compensation",
+        "durable",
+        "id",
+        "idempotency_key",
+        "kwargs",
+        "preimage",
+        "restore",
+        "scope",
+        "spec",
+        "state",
+        "unknown_attempts",
+    )
+
+    def __init__(self, step_id: int, spec: ToolSpec, scope: Scope) -> None:
+        self.id = step_id
+        self.spec = spec
+        self.scope = scope
+        self.state = StepState.RUNNING
+        self.kwargs: dict[str, Any] = {}
+        self.compensation: Compensation | None = None
+        self.restore: Callable[[], Any] | None = None
+        self.preimage: Any = None
+        self.durable = False
+        self.attempts = 0
+        self.unknown_attempts: list[int] = []
+        self.idempotency_key = ""
+
+    def __repr__(self) -> str:
+        return f"<Step {self.id} {self.spec.name} {self.state.value}>"
+
+
+def escalation_id(saga_id: str, step: int | None) -> str:
+    """Deterministic escalation id, so the agent and every daemon name it alike."""
+    digest = hashlib.sha256(f"agent-saga/escalation/{saga_id}/{step}".encode()).hexdigest()
+    return f"esc-{digest[:16]}"
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _error_text(exc: BaseException) -> str:
+    # Exception text can carry anything the tool put there, secrets included.
+    from .secrets import redact
+
+    text = str(redact(str(exc)))
+    if len(text) > 500:
+        text = text[:500] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _jsonable(value: Any) -> Any:
+    """Return ``value`` if it survives JSON, else a JSON-safe description of its type."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=lambda o: {"$type": type(o).__name__}))
+    return value
+
+
+# --- the REVERSIBLE fast path (no I/O) ------------------------------------------------
+
+
+def reversible_gate(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Decision | None:
+    """Run the scope's policies for a REVERSIBLE call; return the refusal, if any.
+
+    Only called when the scope has policies: REVERSIBLE calls log nothing, so the
+    other gate checks (secrets, compensation, approval) do not apply to them.
+    """
+    run = scope.run
+    request = ApprovalRequest(
+        run.id, run.name, spec.name, REVERSIBLE, spec.bind(args, kwargs), run.peek_step_id(),
+        run.side_effects,
+    )
+    return run_policies(scope.policies, request)
+
+
+def refusal_protocol(scope: Scope, spec: ToolSpec, decision: Decision) -> Protocol:
+    """Record a refusal durably, then raise ``GateRefused``; nothing else happens."""
+    run = scope.run
+    step = Step(run.next_step_id(), spec, scope)
+    yield from run.begin_records()
+    yield Append(_gate_record(run, step, decision))
+    raise _refusal(run, step, decision)
+
+
+def _refusal(run: Run, step: Step, decision: Decision) -> GateRefused:
+    cls = SecretInKwargs if decision.decided_by == "secret-scan" else GateRefused
+    return cls(
+        f"gate refused {step.spec.name!r}: {decision.reason}",
+        tool=step.spec.name,
+        reason=decision.reason,
+        decided_by=decision.decided_by,
+        saga_id=run.id,
+        step_id=step.id,
+    )
+
+
+def reversible_begin(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Step:
+    """Take the in-process snapshot of a REVERSIBLE step, before its call."""
+    step = Step(scope.run.next_step_id(), spec, scope)
+    if spec.snapshot is not None:
+        restore = spec.snapshot(*args, **kwargs)
+        if restore is not None and not callable(restore):
+            raise InvalidCompensation(
+                f"snapshot of {spec.name!r} must return a zero-argument restore callable",
+                saga_id=scope.run.id,
+                step_id=step.id,
+            )
+        step.restore = restore
+    return step
+
+
+def reversible_failed(step: Step) -> None:
+    """A REVERSIBLE call raised: if a snapshot exists, restoring it is still exact."""
+    if step.restore is not None:
+        step.state = StepState.UNKNOWN
+        step.scope.run.done.append(step)
+
+
+def reversible_done(step: Step, result: Any) -> Any:
+    """Record a finished REVERSIBLE call and build its compensation."""
+    factory = step.spec.compensate
+    if factory is not None:
+        try:
+            comp = factory(result)
+        except Exception as exc:
+            step.state = StepState.COMMITTED
+            step.scope.run.done.append(step)
+            raise InvalidCompensation(
+                f"compensation factory of {step.spec.name!r} raised {type(exc).__name__}",
+                saga_id=step.scope.run.id,
+                step_id=step.id,
+            ) from exc
+        if type(comp) is not Compensation and not isinstance(comp, Compensation):
+            step.state = StepState.COMMITTED
+            step.scope.run.done.append(step)
+            raise InvalidCompensation(
+                f"compensation factory of {step.spec.name!r} returned "
+                f"{type(comp).__name__}, not Compensation",
+                saga_id=step.scope.run.id,
+                step_id=step.id,
+            )
+        step.compensation = comp
+    step.state = StepState.COMMITTED
+    step.scope.run.done.append(step)
+    return result
+
+
+
+# --- the durable step protocol ---------------------------------------------------------
+
+
+def _gate(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Generator[Command, Any, Decision]:
+    """Decide whether ``step`` may run; yields ``Approve`` for IRREVERSIBLE steps."""
+    request = ApprovalRequest(
+        run.id, run.name, spec.name, spec.semantics, step.kwargs, step.id, run.side_effects
+    )
+    if spec.semantics is COMPENSABLE and spec.compensate is None:
+        return Decision.deny(
+            "gate",
+            f"COMPENSABLE tool {spec.name!r} declares no compensation; give it "
+            "compensate=lambda result: Compensation(...)",
+        )
+    if spec.handler is not None and not is_registered(spec.handler):
+        return Decision.deny(
+            "gate",
+            f"handler not registered: {spec.handler!r} (declared by {spec.name!r}); import "
+            "the module that registers it",
+        )
+    try:
+        assert_no_secrets(step.kwargs, path="kwargs")
+    except SecretInKwargs as exc:
+        return Decision.deny("secret-scan", str(exc))
+    refusal = run_policies(scope.policies, request)
+    if refusal is not None:
+        return refusal
+    if spec.semantics is IRREVERSIBLE:
+        try:
+            decision = yield Approve(scope.approver, request)
+        except Exception as exc:  # a broken approver must not open the gate
+            return Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
+        return as_decision(decision, source=scope.approver)
+    return Decision.approve("gate", "policies passed")
+
+
+def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
+    return {
+        "type": R.GATE,
+        "saga": run.id,
+        "step": step.id,
+        "tool": step.spec.name,
+        "semantics": step.spec.semantics.value,
+        "decision": "approved" if decision.approved else "refused",
+        "decided_by": decision.decided_by,
+        "reason": decision.reason,
+        "ts": _now(),
+    }
+
+
+def step_protocol(scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any) -> Protocol:
+    """Run one COMPENSABLE or IRREVERSIBLE step durably (SPEC §4).
+
+    gate → INTENT (fsync) → call → factory → COMMITTED (fsync). A call that raised
+    is recorded with its outcome (``no_effect`` if the tool declared the exception
+    type harmless, else ``unknown``); unknown attempts join the unwind list.
+    """
+    run = scope.run
+    step = Step(run.next_step_id(), spec, scope)
+    step.kwargs = _jsonable(spec.bind(args, kwargs))
+    step.durable = True
+    step.idempotency_key = R.idempotency_key(run.id, step.id)
+
+    decision = yield from _gate(run, scope, spec, step)
+    if not decision.approved:
+        yield from run.begin_records()
+        yield Append(_gate_record(run, step, decision))
+        raise _refusal(run, step, decision)
+    run.side_effects += 1
+    yield from run.begin_records()
+    yield Submit(_gate_record(run, step, decision))
+
+    call_kwargs = kwargs
+    if spec.wants_idempotency_key and "idempotency_key" not in kwargs:
+        call_kwargs = {**kwargs, "idempotency_key": step.idempotency_key}
+    if spec.capture is not None:
+        step.preimage = _jsonable((yield Call(spec.capture, (), step.kwargs)))
+
+    while True:
+        step.attempts += 1
+        attempt = step.attempts
+        intent: dict[str, Any] = {
+            "type": R.INTENT,
+            "saga": run.id,
+            "step": step.id,
+            "attempt": attempt,
+            "tool": spec.name,
+            "semantics": spec.semantics.value,
+            "kwargs": step.kwargs,
+            "idempotency_key": step.idempotency_key,
+            "ts": _now(),
+        }
+        if spec.resolver is not None:
+            intent["resolver"] = spec.resolver
+        if spec.handler is not None:
+            intent["handler"] = spec.handler
+        if step.preimage is not None:
+            intent["preimage"] = step.preimage
+        _crash.crashpoint("step.before_intent")
+        yield Append(intent)
+        _crash.crashpoint("step.after_intent")
+        try:
+            result = yield Call(fn, args, call_kwargs)
+        except BaseException as exc:
+            outcome = "no_effect" if spec.is_no_effect(exc) else "unknown"
+            _crash.crashpoint("step.after_call_failed")
+            yield Submit(
+                {
+                    "type": R.FORWARD_FAILED,
+                    "saga": run.id,
+                    "step": step.id,
+                    "attempt": attempt,
+                    "outcome": outcome,
+                    "error": _error_text(exc),
+                    "ts": _now(),
+                }
+            )
+            if outcome == "unknown":
+                step.unknown_attempts.append(attempt)
+                if step.state is StepState.RUNNING:
+                    step.state = StepState.UNKNOWN
+                    run.done.append(step)
+            delay = spec.retry_delay(attempt, exc)
+            if delay is None:
+                if step.state is StepState.RUNNING:
+                    step.state = StepState.NO_EFFECT
+                raise
+            yield Sleep(delay)
+            continue
+        _crash.crashpoint("step.after_call")
+        break
+
+    problem: InvalidCompensation | None = None
+    comp: Compensation | None = None
+    if spec.compensate is not None:
+        try:
+            made = spec.compensate(result, step.preimage) if spec.capture else spec.compensate(result)
+        except Exception as exc:
+            problem = InvalidCompensation(
+                f"compensation factory of {spec.name!r} raised {type(exc).__name__}; the "
+                "forward call happened and is escalated for a human to undo",
+                saga_id=run.id,
+                step_id=step.id,
+            )
+            problem.__cause__ = exc
+        else:
+            problem = _check_compensation(run, step, made)
+            if problem is None:
+                comp = made
+    step.compensation = comp
+    token = R.recovery_token(run.id, step.id)
+    committed = {
+        "type": R.COMMITTED,
+        "saga": run.id,
+        "step": step.id,
+        "attempt": attempt,
+        "handler": comp.handler if comp is not None else None,
+        "kwargs": dict(comp.kwargs) if comp is not None else {},
+        "token": token,
+        "ts": _now(),
+    }
+    if problem is not None:
+        committed["invalid"] = str(problem)
+    yield Append(committed)
+    _crash.crashpoint("step.after_commit")
+    if step.state is StepState.UNKNOWN:
+        run.done.remove(step)
+    step.state = StepState.COMMITTED
+    run.done.append(step)
+    if problem is not None:
+        raise problem
+    return result
+
+
+def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensation | None:
+    name = step.spec.name
+    if not isinstance(made, Compensation):
+        return InvalidCompensation(
+            f"compensation factory of {name!r} returned {type(made).__name__}, not "
+            "Compensation; the forward call happened and is escalated",
+            saga_id=run.id,
+            step_id=step.id,
+        )
+    try:
+        json.dumps(dict(made.kwargs))
+    except (TypeError, ValueError) as exc:
+        err = InvalidCompensation(
+            f"compensation kwargs of {name!r} are not JSON-serializable ({exc}); they "
+            "must be, because recovery reads them from the log",
+            saga_id=run.id,
+            step_id=step.id,
+        )
+        return err
+    try:
+        assert_no_secrets(dict(made.kwargs), path="compensation.kwargs")
+    except SecretInKwargs as exc:
+        return InvalidCompensation(
+            f"compensation of {name!r}: {exc}", saga_id=run.id, step_id=step.id
+        )
+    return None
+
+
+# --- rollback, settling, escalation ----------------------------------------------------
+
+
+def _escalate(run: Run, step: Step | None, reason: str) -> Protocol:
+    yield from run.begin_records()
+    yield Append(
+        {
+            "type": R.ESCALATED,
+            "saga": run.id,
+            "step": step.id if step is not None else None,
+            "escalation": escalation_id(run.id, step.id if step is not None else None),
+            "reason": reason,
+            "by": run.owner_label(),
+            "ts": _now(),
+        }
+    )
+    if step is not None:
+        step.state = StepState.ESCALATED
+    run.escalations.append(reason)
+
+
+def _compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    fn = comp.fn if comp.fn is not None else get_handler(comp.handler or "")
+    kwargs = dict(comp.kwargs)
+    if "idempotency_key" not in kwargs and accepts_keyword(fn, "idempotency_key"):
+        kwargs["idempotency_key"] = token
+    return fn, kwargs
+
+
+def _run_compensation(
+    run: Run, step: Step, comp: Compensation, policy: RetryPolicy, *, durable: bool
+) -> Generator[Command, Any, BaseException | None]:
+    """Run ``comp`` with retries; return None on success or the last error."""
+    token = R.recovery_token(run.id, step.id)
+    try:
+        fn, kwargs = _compensation_call(comp, token)
+    except HandlerNotRegistered as exc:
+        return exc
+    if durable:
+        yield Submit(
+            {"type": R.COMPENSATING, "saga": run.id, "step": step.id, "token": token,
+             "by": run.owner_label(), "ts": _now()}
+        )
+    attempt = 0
+    while True:
+        attempt += 1
+        _crash.crashpoint("rollback.before_compensation")
+        try:
+            yield Call(fn, (), kwargs)
+        except Exception as exc:
+            delay = policy.delay_after(attempt)
+            if durable:
+                yield Submit(
+                    {"type": R.COMPENSATION_FAILED, "saga": run.id, "step": step.id,
+                     "token": token, "by": run.owner_label(), "attempt": attempt,
+                     "error": _error_text(exc), "final": delay is None, "ts": _now()}
+                )
+            if delay is None:
+                return exc
+            yield Sleep(delay)
+            continue
+        _crash.crashpoint("rollback.after_compensation")
+        if durable:
+            yield Append(
+                {"type": R.COMPENSATED, "saga": run.id, "step": step.id, "token": token,
+                 "by": run.owner_label(), "ts": _now()}
+            )
+        step.state = StepState.COMPENSATED
+        return None
+
+
+def _resolve_unknown(run: Run, step: Step, policy: RetryPolicy) -> Generator[Command, Any, BaseException | None]:
+    """Settle a step whose forward call may or may not have landed."""
+    spec = step.spec
+    if spec.resolver is None:
+        yield from _escalate(
+            run, step,
+            f"outcome unknown: {spec.name!r} raised during its forward call (attempts "
+            f"{step.unknown_attempts}) and declares no resolver; check whether it took effect",
+        )
+        return None
+    try:
+        resolver = get_handler(spec.resolver)
+    except HandlerNotRegistered:
+        yield from _escalate(run, step, f"handler not registered: resolver {spec.resolver!r}")
+        return None
+    try:
+        verdict = yield Call(
+            resolver, (),
+            {"tool": spec.name, "kwargs": step.kwargs, "preimage": step.preimage,
+             "idempotency_key": step.idempotency_key},
+        )
+    except Exception as exc:
+        yield from _escalate(run, step, f"resolver {spec.resolver!r} raised {_error_text(exc)}")
+        return None
+    if not isinstance(verdict, Resolution) or verdict.outcome == "undecided":
+        why = verdict.reason if isinstance(verdict, Resolution) else "no Resolution returned"
+        yield from _escalate(run, step, f"resolver undecided: {why}")
+        return None
+    if verdict.outcome == "no_effect":
+        yield Append(
+            {"type": R.COMPENSATED, "saga": run.id, "step": step.id,
+             "token": R.recovery_token(run.id, step.id), "by": run.owner_label(),
+             "outcome": "no_effect", "ts": _now()}
+        )
+        step.state = StepState.NO_EFFECT
+        return None
+    assert verdict.compensation is not None
+    return (yield from _run_compensation(run, step, verdict.compensation, policy, durable=True))
+
+
+def _undo(run: Run, step: Step, policy: RetryPolicy) -> Generator[Command, Any, BaseException | None]:
+    """Undo one step; return the error if its compensation failed for good."""
+    if not step.durable:  # REVERSIBLE: in-process only
+        if step.restore is not None:
+            comp = Compensation(fn=step.restore)
+        elif step.compensation is not None:
+            comp = step.compensation
+        else:
+            return None  # a REVERSIBLE tool without snapshot or compensation has nothing to undo
+        error = yield from _run_compensation(run, step, comp, policy, durable=False)
+        if error is not None:
+            yield from _escalate(
+                run, step, f"restore of REVERSIBLE step {step.spec.name!r} failed: "
+                f"{_error_text(error)}"
+            )
+        return error
+    if step.state is StepState.UNKNOWN:
+        return (yield from _resolve_unknown(run, step, policy))
+    if step.spec.semantics is IRREVERSIBLE:
+        yield from _escalate(
+            run, step, f"IRREVERSIBLE step {step.spec.name!r} completed in a saga that rolled "
+            "back; it cannot be undone automatically"
+        )
+        return None
+    if step.compensation is None:
+        error = InvalidCompensation(
+            f"{step.spec.name!r} has no valid compensation", saga_id=run.id, step_id=step.id
+        )
+        yield from _escalate(run, step, f"no valid compensation for {step.spec.name!r}")
+        return error
+    error = yield from _run_compensation(run, step, step.compensation, policy, durable=True)
+    if error is not None:
+        reason = (
+            f"handler not registered: {step.compensation.handler!r}"
+            if isinstance(error, HandlerNotRegistered)
+            else f"compensation of {step.spec.name!r} failed past its retry budget: "
+            f"{_error_text(error)}"
+        )
+        yield from _escalate(run, step, reason)
+    return error
+
+
+def rollback_protocol(scope: Scope) -> Generator[Command, Any, list[tuple[int, str, BaseException]]]:
+    """Undo every completed step of ``scope`` (and its nested scopes), newest first.
+
+    A failing compensation does not stop the others. Returns the failures.
+    """
+    run = scope.run
+    failures: list[tuple[int, str, BaseException]] = []
+    for step in run.take_for_unwind(scope):
+        error = yield from _undo(run, step, run.compensation_retry)
+        if error is not None:
+            failures.append((step.id, step.spec.name, error))
+    if scope.parent is None:
+        yield from run.end_records("escalated" if run.escalations else "rolled_back")
+    return failures
+
+
+def settle_protocol(scope: Scope) -> Generator[Command, Any, None]:
+    """Commit the saga: resolve steps left UNKNOWN, then write ``saga_end``."""
+    run = scope.run
+    for step in list(reversed(run.done)):
+        if step.state is StepState.UNKNOWN and step.durable:
+            run.done.remove(step)
+            yield from _resolve_unknown(run, step, run.compensation_retry)
+        elif step.unknown_attempts and step.durable and not step.spec.idempotent:
+            yield from _escalate(
+                run, step, f"{step.spec.name!r} attempts {step.unknown_attempts} raised with "
+                "unknown outcome before a later attempt succeeded; the effect may have "
+                "happened more than once (declare idempotent=True if the service dedupes "
+                "by idempotency key)"
+            )
+    yield from run.end_records("escalated" if run.escalations else "committed")
+

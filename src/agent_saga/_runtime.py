@@ -1,0 +1,397 @@
+"""Runs, scopes and the two drivers that carry out the engine's commands.
+
+``drive_sync`` and ``drive_async`` are the only code that differs by colour: each is
+a short loop that executes one command (append, submit, call, approve, sleep) and
+sends the result — or throws the exception — back into the protocol generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from . import _config
+from ._engine import Append, Approve, Call, Command, Step, StepState, Submit
+from ._types import RetryPolicy
+from .errors import SagaUsageError
+from .gate import Approver, Policy, deny_all
+from .wal import records as R
+
+__all__ = [
+    "LogBackend",
+    "Run",
+    "SagaOptions",
+    "Scope",
+    "current_scope",
+    "drive_async",
+    "drive_sync",
+]
+
+
+class LogBackend(Protocol):
+    """What a saga needs from a log: the durable WAL and ``testing.MemoryLog`` both fit.
+
+    ``submit`` queues a record without waiting; ``append`` returns once it and every
+    record submitted before it are durable; ``append_async`` does the same without
+    blocking the event loop. ``owner`` identifies the writing process's lease.
+    """
+
+    @property
+    def owner(self) -> str:
+        """The id of this writer's lease."""
+        ...
+
+    def submit(self, record: dict[str, Any]) -> None:
+        """Queue ``record`` without waiting."""
+        ...
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write ``record`` and block until it is durable."""
+        ...
+
+    async def append_async(self, record: dict[str, Any]) -> None:
+        """Write ``record`` and wait, without blocking the loop, until it is durable."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SagaOptions:
+    """Options of one saga (see :func:`agent_saga.saga` for their meaning)."""
+
+    name: str | None = None
+    wal_path: str | None = None
+    approver: Approver | None = None
+    policies: tuple[Policy, ...] = ()
+    lease_seconds: float = 30.0
+    compensation_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    log: LogBackend | None = None
+    encryptor: Any = None
+
+    def __post_init__(self) -> None:
+        if self.name is not None and not isinstance(self.name, str):
+            raise SagaUsageError("saga name must be a string")
+        if not isinstance(self.lease_seconds, int | float) or self.lease_seconds <= 0:
+            raise SagaUsageError("lease_seconds must be a positive number of seconds")
+        if self.approver is not None and not callable(self.approver):
+            raise SagaUsageError("approver must be a callable taking an ApprovalRequest")
+        for policy in self.policies:
+            if not callable(policy):
+                raise SagaUsageError(f"policy {policy!r} is not callable")
+        if not isinstance(self.compensation_retry, RetryPolicy):
+            raise SagaUsageError("compensation_retry must be a RetryPolicy")
+
+
+class Run:
+    """One saga execution: its id, its log, and the steps still to undo."""
+
+    __slots__ = (
+        "_begun",
+        "_ids",
+        "_log",
+        "_next",
+        "compensation_retry",
+        "done",
+        "escalations",
+        "id",
+        "name",
+        "options",
+        "side_effects",
+    )
+
+    def __init__(self, options: SagaOptions, name: str) -> None:
+        self.id = uuid.uuid4().hex
+        self.name = name
+        self.options = options
+        self.compensation_retry = options.compensation_retry
+        self.done: list[Step] = []  # completion order; unwound in reverse
+        self.escalations: list[str] = []
+        self.side_effects = 0
+        self._ids = itertools.count(1)
+        self._next = 1
+        self._log: LogBackend | None = options.log
+        self._begun = False
+
+    def next_step_id(self) -> int:
+        """Allocate the next step number."""
+        n = self._next
+        self._next = n + 1
+        return n
+
+    def peek_step_id(self) -> int:
+        """The number the next step will get."""
+        return self._next
+
+    def log(self) -> LogBackend:
+        """The saga's log, opened on first use (REVERSIBLE-only sagas never open one)."""
+        if self._log is None:
+            from .wal.writer import open_writer
+
+            path = self.options.wal_path or _config.default_wal_path()
+            self._log = open_writer(
+                path, encryptor=self.options.encryptor, lease_seconds=self.options.lease_seconds
+            )
+        return self._log
+
+    def owner_label(self) -> str:
+        """Who writes this saga's records (the lease owner id)."""
+        return self.log().owner
+
+    def begin_records(self) -> Generator[Command, Any, None]:
+        """Yield the ``saga_begin`` record once, before the saga's first durable record."""
+        if not self._begun:
+            self._begun = True
+            yield Submit(
+                {
+                    "type": R.SAGA_BEGIN,
+                    "saga": self.id,
+                    "name": self.name,
+                    "owner": self.log().owner,
+                    "ts": time.time(),
+                }
+            )
+
+    def end_records(self, outcome: str) -> Generator[Command, Any, None]:
+        """Yield the terminal ``saga_end`` record, if anything was ever logged."""
+        if self._begun:
+            yield Append(
+                {
+                    "type": R.SAGA_END,
+                    "saga": self.id,
+                    "outcome": outcome,
+                    "by": self.log().owner,
+                    "ts": time.time(),
+                }
+            )
+
+    def take_for_unwind(self, scope: Scope) -> list[Step]:
+        """Remove and return ``scope``'s completed steps, newest first."""
+        if scope.parent is None:
+            mine = self.done[::-1]
+            self.done.clear()
+            return mine
+        mine = [s for s in reversed(self.done) if s.scope.within(scope)]
+        if mine:
+            taken = {id(s) for s in mine}
+            self.done[:] = [s for s in self.done if id(s) not in taken]
+        return mine
+
+
+class Scope:
+    """A saga, or a savepoint inside one (a nested ``saga`` block).
+
+    It is what ``with saga() as s`` gives you: ``s.id`` and ``s.name`` identify the
+    saga; ``s.steps()`` lists the steps still to undo.
+    """
+
+    __slots__ = ("approver", "is_async", "parent", "policies", "run")
+
+    def __init__(
+        self,
+        run: Run,
+        parent: Scope | None,
+        approver: Approver,
+        policies: tuple[Policy, ...],
+        is_async: bool,
+    ) -> None:
+        self.run = run
+        self.parent = parent
+        self.approver = approver
+        self.policies = policies
+        self.is_async = is_async
+
+    @property
+    def id(self) -> str:
+        """The saga id (shared by nested savepoints)."""
+        return self.run.id
+
+    @property
+    def name(self) -> str:
+        """The saga's name."""
+        return self.run.name
+
+    def steps(self) -> list[tuple[int, str, str]]:
+        """``(step id, tool, state)`` of the steps that would be undone, oldest first."""
+        return [(s.id, s.spec.name, s.state.value) for s in self.run.done if s.scope.within(self)]
+
+    @property
+    def escalations(self) -> list[str]:
+        """Reasons of the escalations this saga raised so far."""
+        return list(self.run.escalations)
+
+    def within(self, other: Scope) -> bool:
+        """Whether this scope is ``other`` or nested inside it."""
+        scope: Scope | None = self
+        while scope is not None:
+            if scope is other:
+                return True
+            scope = scope.parent
+        return False
+
+    def __repr__(self) -> str:
+        return f"<saga {self.run.name!r} id={self.run.id}>"
+
+
+_current: ContextVar[Scope | None] = ContextVar("agent_saga_scope", default=None)
+current_scope = _current.get
+
+
+def new_scope(options: SagaOptions, name: str, is_async: bool) -> Scope:
+    """Create the scope for entering a ``saga`` block (a savepoint when nested)."""
+    parent = _current.get()
+    if parent is None:
+        return Scope(
+            Run(options, name), None, options.approver or deny_all, options.policies, is_async
+        )
+    if options.log is not None and options.log is not parent.run.options.log:
+        raise SagaUsageError("a nested saga joins its outer saga's log; do not pass log=")
+    if options.wal_path is not None and options.wal_path != parent.run.options.wal_path:
+        raise SagaUsageError("a nested saga joins its outer saga's WAL; do not pass wal_path=")
+    return Scope(
+        parent.run,
+        parent,
+        options.approver or parent.approver,
+        parent.policies + options.policies,
+        is_async,
+    )
+
+
+# --- drivers ------------------------------------------------------------------------
+
+
+def _call_blocking(fn: Callable[..., Any], args: Sequence[Any], kwargs: Any) -> Any:
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        if asyncio._get_running_loop() is not None:
+            if inspect.iscoroutine(result):
+                result.close()
+            raise SagaUsageError(
+                f"{getattr(fn, '__qualname__', fn)!r} is async but was reached from a sync "
+                "saga running inside an event loop; use `async with saga(...)`"
+            )
+        return asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def drive_sync(gen: Generator[Command, Any, Any], run: Run) -> Any:
+    """Carry out ``gen``'s commands in this thread, blocking on I/O."""
+    send: Any = None
+    throw: BaseException | None = None
+    while True:
+        try:
+            cmd = gen.send(send) if throw is None else gen.throw(throw)
+        except StopIteration as stop:
+            return stop.value
+        send = throw = None
+        try:
+            kind = type(cmd)
+            if kind is Call:
+                send = _call_blocking(cmd.fn, cmd.args, cmd.kwargs)  # type: ignore[union-attr]
+            elif kind is Append:
+                run.log().append(cmd.record)  # type: ignore[union-attr]
+            elif kind is Submit:
+                run.log().submit(cmd.record)  # type: ignore[union-attr]
+            elif kind is Approve:
+                send = _call_blocking(cmd.approver, (cmd.request,), {})  # type: ignore[union-attr]
+            else:
+                time.sleep(cmd.seconds)  # type: ignore[union-attr]
+        except BaseException as exc:  # handed to the protocol, which decides
+            throw = exc
+
+
+async def drive_async(gen: Generator[Command, Any, Any], run: Run) -> Any:
+    """Carry out ``gen``'s commands without blocking the event loop."""
+    send: Any = None
+    throw: BaseException | None = None
+    while True:
+        try:
+            cmd = gen.send(send) if throw is None else gen.throw(throw)
+        except StopIteration as stop:
+            return stop.value
+        send = throw = None
+        try:
+            kind = type(cmd)
+            if kind is Call:
+                send = cmd.fn(*cmd.args, **cmd.kwargs)  # type: ignore[union-attr]
+                if inspect.isawaitable(send):
+                    send = await send
+            elif kind is Append:
+                await run.log().append_async(cmd.record)  # type: ignore[union-attr]
+            elif kind is Submit:
+                run.log().submit(cmd.record)  # type: ignore[union-attr]
+            elif kind is Approve:
+                send = cmd.approver(cmd.request)  # type: ignore[union-attr]
+                if inspect.isawaitable(send):
+                    send = await send
+            else:
+                await asyncio.sleep(cmd.seconds)  # type: ignore[union-attr]
+        except BaseException as exc:  # handed to the protocol, which decides
+            throw = exc
+
+
+async def shielded(coro: Awaitable[Any]) -> Any:
+    """Run ``coro`` to completion even if the caller is cancelled meanwhile.
+
+    A cancellation that arrives while it runs is re-raised once it has finished:
+    compensations must not be abandoned half-way.
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+            continue
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold back Ctrl-C while a sync rollback runs; deliver it afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def _hold(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    try:
+        previous = signal.signal(signal.SIGINT, _hold)
+    except ValueError:  # not allowed here (e.g. embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            raise KeyboardInterrupt
+
+
+def is_async_context(scope: Scope) -> bool:
+    """Whether a sync tool called now should return an awaitable."""
+    return scope.is_async and asyncio._get_running_loop() is not None
+
+
+def unknown_steps(run: Run) -> list[Step]:
+    """Steps whose forward call outcome is unknown (for introspection and tests)."""
+    return [s for s in run.done if s.state is StepState.UNKNOWN]

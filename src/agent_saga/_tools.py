@@ -1,0 +1,92 @@
+"""``ToolSpec``: everything the engine needs to know about one ``@tool``."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._types import ActionSemantics, RetryPolicy
+
+__all__ = ["ToolSpec"]
+
+_CANCELLATION = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ToolSpec:
+    """The declaration of a tool: its name, semantics and undo machinery.
+
+    Attributes:
+        name: Name recorded in the log (defaults to the function's qualified name).
+        semantics: How its side effect can be undone.
+        compensate: Factory ``(result) -> Compensation`` (``(result, preimage)``
+            when ``capture`` is declared).
+        snapshot: REVERSIBLE only: called with the call's arguments before the call,
+            returns a zero-argument callable that restores the previous state.
+        capture: Durable pre-image: called with the call's arguments by name before
+            the INTENT record; its JSON-able result is logged with the intent.
+        resolver: Name of a registered resolver that can tell whether a forward call
+            of unknown outcome took effect.
+        handler: The compensation handler name, when known statically (the gate
+            refuses the step if it is not registered).
+        no_effect_on: Exception types that prove the forward call had no effect.
+        retry: Retry policy for the forward call (every attempt is recorded).
+        retry_on: Exception types worth retrying.
+        idempotent: The service dedupes attempts by the step's idempotency key.
+        signature: The wrapped function's signature (to log arguments by name).
+        wants_idempotency_key: The function accepts an ``idempotency_key`` keyword;
+            the engine passes the step's deterministic key there.
+    """
+
+    name: str
+    semantics: ActionSemantics
+    compensate: Callable[..., Any] | None = None
+    snapshot: Callable[..., Any] | None = None
+    capture: Callable[..., Any] | None = None
+    resolver: str | None = None
+    handler: str | None = None
+    no_effect_on: tuple[type[BaseException], ...] = ()
+    retry: RetryPolicy | None = None
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    idempotent: bool = False
+    signature: inspect.Signature | None = None
+    wants_idempotency_key: bool = False
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Return the call's arguments by parameter name (defaults not applied)."""
+        if not args or self.signature is None:
+            return dict(kwargs)
+        try:
+            bound = self.signature.bind_partial(*args, **kwargs)
+        except TypeError:
+            return {"args": list(args), **kwargs}
+        out: dict[str, Any] = {}
+        for pname, value in bound.arguments.items():
+            kind = self.signature.parameters[pname].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                out.update(value)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                out[pname] = list(value)
+            else:
+                out[pname] = value
+        return out
+
+    def is_no_effect(self, exc: BaseException) -> bool:
+        """Whether ``exc`` proves the forward call did not take effect.
+
+        Cancellation and interrupts never do: the call may have landed.
+        """
+        return bool(self.no_effect_on) and isinstance(exc, self.no_effect_on) and not isinstance(
+            exc, _CANCELLATION
+        )
+
+    def retry_delay(self, attempt: int, exc: BaseException) -> float | None:
+        """The pause before retrying after failed ``attempt``, or None to give up."""
+        if self.retry is None or isinstance(exc, _CANCELLATION) or not isinstance(exc, Exception):
+            return None
+        if not isinstance(exc, self.retry_on):
+            return None
+        return self.retry.delay_after(attempt)

@@ -1,0 +1,156 @@
+"""Value types shared by the engine, the gate and the recovery daemon."""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import SagaUsageError
+
+__all__ = ["ActionSemantics", "Compensation", "Resolution", "RetryPolicy"]
+
+
+class ActionSemantics(enum.Enum):
+    """How a tool's side effect can be undone.
+
+    Attributes:
+        REVERSIBLE: restored exactly by an in-process snapshot; nothing is logged to disk.
+        COMPENSABLE: offset by an inverse action from a named handler; durable and
+            crash-recoverable.
+        IRREVERSIBLE: no automated undo; the gate demands a human's approval first.
+    """
+
+    REVERSIBLE = "reversible"
+    COMPENSABLE = "compensable"
+    IRREVERSIBLE = "irreversible"
+
+
+class Compensation:
+    """The inverse of one completed step, built by the tool's factory from its result.
+
+    Args:
+        fn: Callable run in-process on rollback (sync or async). Optional when
+            ``handler`` names a registered handler.
+        handler: Stable name under which the recovery daemon finds the same
+            function (``register_handler``). Required for durable recovery.
+        kwargs: JSON-serializable keyword arguments for ``fn``/the handler; they are
+            written to the log, so they must hold no secret (use credential
+            references). ``None`` means ``{}``.
+
+    Raises:
+        SagaUsageError: neither ``fn`` nor ``handler`` is given, or the types are wrong.
+    """
+
+    __slots__ = ("fn", "handler", "kwargs")
+
+    fn: Callable[..., Any] | None
+    handler: str | None
+    kwargs: Mapping[str, Any]
+
+    def __init__(
+        self,
+        fn: Callable[..., Any] | None = None,
+        handler: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if fn is None and handler is None:
+            raise SagaUsageError(
+                "Compensation needs fn= (in-process undo) or handler= (a registered "
+                "handler name), or both"
+            )
+        if fn is not None and not callable(fn):
+            raise SagaUsageError(f"Compensation fn must be callable, got {type(fn).__name__}")
+        if handler is not None and (not isinstance(handler, str) or not handler):
+            raise SagaUsageError("Compensation handler must be a non-empty string")
+        if kwargs is None:
+            kwargs = {}
+        elif not isinstance(kwargs, Mapping):
+            raise SagaUsageError(
+                f"Compensation kwargs must be a mapping, got {type(kwargs).__name__}"
+            )
+        self.fn = fn
+        self.handler = handler
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        fn = getattr(self.fn, "__qualname__", None) if self.fn is not None else None
+        return f"Compensation(fn={fn}, handler={self.handler!r}, kwargs={dict(self.kwargs)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Compensation):
+            return NotImplemented
+        return (self.fn, self.handler, dict(self.kwargs)) == (
+            other.fn,
+            other.handler,
+            dict(other.kwargs),
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What a resolver found out about a forward call whose outcome was unknown.
+
+    Build one with the class methods: ``Resolution.no_effect()`` (the call did not
+    land; nothing to undo), ``Resolution.landed(Compensation(...))`` (it landed; undo
+    it with this), ``Resolution.undecided("why")`` (cannot tell; a human decides).
+    """
+
+    outcome: str
+    compensation: Compensation | None = None
+    reason: str = ""
+
+    @classmethod
+    def no_effect(cls, reason: str = "") -> Resolution:
+        """The forward call did not take effect."""
+        return cls("no_effect", None, reason)
+
+    @classmethod
+    def landed(cls, compensation: Compensation, reason: str = "") -> Resolution:
+        """The forward call took effect; ``compensation`` undoes it."""
+        if not isinstance(compensation, Compensation):
+            raise SagaUsageError("Resolution.landed() needs a Compensation")
+        return cls("landed", compensation, reason)
+
+    @classmethod
+    def undecided(cls, reason: str) -> Resolution:
+        """It cannot be told whether the forward call took effect: escalate."""
+        return cls("undecided", None, reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff (used for compensations and tools).
+
+    Args:
+        attempts: Total attempts, at least 1 (1 = no retry).
+        initial_delay: Seconds before the second attempt.
+        multiplier: Growth of the delay per attempt.
+        max_delay: Upper bound of one delay.
+        jitter: Fraction of random spread added to each delay (0 = none).
+    """
+
+    attempts: int = 3
+    initial_delay: float = 0.05
+    multiplier: float = 2.0
+    max_delay: float = 2.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise SagaUsageError("RetryPolicy.attempts must be at least 1")
+        if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+            raise SagaUsageError("RetryPolicy delays must be >= 0 and multiplier >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise SagaUsageError("RetryPolicy.jitter must be between 0 and 1")
+
+    def delay_after(self, attempt: int) -> float | None:
+        """Return the pause after failed ``attempt`` (1-based), or None when exhausted."""
+        if attempt >= self.attempts:
+            return None
+        base = min(self.initial_delay * self.multiplier ** (attempt - 1), self.max_delay)
+        return base * (1 + self.jitter * random.random())  # noqa: S311 - not cryptographic

@@ -1,0 +1,41 @@
+# The single entry point. `make demo` and `make test` work on a fresh clone with
+# only Python 3.11+ installed: they create .venv themselves.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint typecheck bench check clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agent-saga needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
+	$(PYTHON) -m venv $(VENV)
+
+# Stamps re-run the install when pyproject.toml changes.
+$(VENV)/.installed-base: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@ $(VENV)/.installed-base
+
+demo: $(VENV)/.installed-base
+	$(BIN)/python examples/demo.py
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+bench: $(VENV)/.installed-base
+	$(BIN)/python bench/bench_core.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

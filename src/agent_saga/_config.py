@@ -44,7 +44,7 @@ def decode_key(text: str, *, source: str = "key") -> bytes:
     except (binascii.Error, ValueError):
         raise SagaUsageError(
             f"{source} is not valid base64; generate one with "
-            "`python -c \"import os,base64;print(base64.b64encode(os.urandom(32)).decode())\"`"
+            '`python -c "import os,base64;print(base64.b64encode(os.urandom(32)).decode())"`'
         ) from None
     if len(key) != 32:
         raise SagaUsageError(f"{source} must decode to 32 bytes (256 bits), got {len(key)}")

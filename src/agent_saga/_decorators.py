@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from . import _engine as E
 from ._registry import accepts_keyword
 from ._runtime import (
-    Scope,
     SagaOptions,
+    Scope,
     _current,
     drive_async,
     drive_sync,
@@ -61,15 +61,15 @@ def _make_spec(
     idempotent: bool,
 ) -> ToolSpec:
     if not isinstance(semantics, ActionSemantics):
-        raise SagaUsageError(
-            f"semantics must be an ActionSemantics member, got {semantics!r}"
-        )
+        raise SagaUsageError(f"semantics must be an ActionSemantics member, got {semantics!r}")
     if semantics is ActionSemantics.IRREVERSIBLE and compensate is not None:
         raise SagaUsageError(
             "an IRREVERSIBLE tool has no compensation by definition; use COMPENSABLE"
         )
     if snapshot is not None and semantics is not _REVERSIBLE:
-        raise SagaUsageError("snapshot= is for REVERSIBLE tools; use capture= for durable pre-images")
+        raise SagaUsageError(
+            "snapshot= is for REVERSIBLE tools; use capture= for durable pre-images"
+        )
     if capture is not None and semantics is _REVERSIBLE:
         raise SagaUsageError("capture= records a durable pre-image; REVERSIBLE tools use snapshot=")
     for label, value in (("compensate", compensate), ("snapshot", snapshot), ("capture", capture)):
@@ -327,7 +327,7 @@ class SagaContext:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
         scope = self._leave()
         if exc is None:
             if scope.parent is None:
@@ -349,7 +349,7 @@ class SagaContext:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
         scope = self._leave()
         if exc is None:
             if scope.parent is None:
@@ -388,7 +388,7 @@ def _decorate(fn: Callable[P, R], options: SagaOptions) -> Callable[P, R]:
 
         async def async_saga(*args: Any, **kwargs: Any) -> Any:
             async with SagaContext(options):
-                return await fn(*args, **kwargs)  # type: ignore[misc]
+                return await fn(*args, **kwargs)
 
         return functools.update_wrapper(async_saga, fn)  # type: ignore[return-value]
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
@@ -398,7 +398,7 @@ def _decorate(fn: Callable[P, R], options: SagaOptions) -> Callable[P, R]:
         with SagaContext(options):
             return fn(*args, **kwargs)
 
-    return functools.update_wrapper(sync_saga, fn)  # type: ignore[return-value]
+    return functools.update_wrapper(sync_saga, fn)
 
 
 def _fields(options: SagaOptions) -> dict[str, Any]:
@@ -484,5 +484,3 @@ def saga(
     if fn is not None:
         return _decorate(fn, options)
     return SagaContext(options)
-
-

@@ -27,6 +27,7 @@ from .errors import (
     GateRefused,
     HandlerNotRegistered,
     InvalidCompensation,
+    SagaError,
     SecretInKwargs,
 )
 from .gate import ApprovalRequest, Decision, as_decision, run_policies
@@ -46,15 +47,21 @@ __all__ = [
     "Step",
     "StepState",
     "Submit",
+    "Target",
+    "compensation_call",
+    "escalate",
     "escalation_id",
     "refusal_protocol",
+    "resolve_unknown",
     "reversible_begin",
     "reversible_done",
     "reversible_failed",
     "reversible_gate",
     "rollback_protocol",
+    "run_compensation",
     "settle_protocol",
     "step_protocol",
+    "undo_compensation",
 ]
 
 REVERSIBLE: Final = ActionSemantics.REVERSIBLE
@@ -209,7 +216,12 @@ def reversible_gate(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Dec
     """
     run = scope.run
     request = ApprovalRequest(
-        run.id, run.name, spec.name, REVERSIBLE, spec.bind(args, kwargs), run.peek_step_id(),
+        run.id,
+        run.name,
+        spec.name,
+        REVERSIBLE,
+        spec.bind(args, kwargs),
+        run.peek_step_id(),
         run.side_effects,
     )
     return run_policies(scope.policies, request)
@@ -287,7 +299,6 @@ def reversible_done(step: Step, result: Any) -> Any:
     return result
 
 
-
 # --- the durable step protocol ---------------------------------------------------------
 
 
@@ -338,7 +349,9 @@ def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
     }
 
 
-def step_protocol(scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any) -> Protocol:
+def step_protocol(
+    scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any
+) -> Protocol:
     """Run one COMPENSABLE or IRREVERSIBLE step durably (SPEC §4).
 
     gate → INTENT (fsync) → call → factory → COMMITTED (fsync). A call that raised
@@ -424,7 +437,9 @@ def step_protocol(scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: An
     comp: Compensation | None = None
     if spec.compensate is not None:
         try:
-            made = spec.compensate(result, step.preimage) if spec.capture else spec.compensate(result)
+            made = (
+                spec.compensate(result, step.preimage) if spec.capture else spec.compensate(result)
+            )
         except Exception as exc:
             problem = InvalidCompensation(
                 f"compensation factory of {spec.name!r} raised {type(exc).__name__}; the "
@@ -490,28 +505,65 @@ def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensati
     return None
 
 
-# --- rollback, settling, escalation ----------------------------------------------------
+# --- undo: shared by in-process rollback and the recovery daemon -----------------------
 
 
-def _escalate(run: Run, step: Step | None, reason: str) -> Protocol:
-    yield from run.begin_records()
+class Target:
+    """The step an undo action is about, as in-process rollback and recovery both see it.
+
+    Recovery builds it from the log (``StepView``); rollback from the live ``Step``.
+    """
+
+    __slots__ = ("by", "idempotency_key", "kwargs", "preimage", "resolver", "saga", "step", "tool")
+
+    def __init__(
+        self,
+        saga: str,
+        step: int,
+        tool: str,
+        by: str,
+        *,
+        resolver: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        preimage: Any = None,
+        idempotency_key: str = "",
+    ) -> None:
+        self.saga = saga
+        self.step = step
+        self.tool = tool
+        self.by = by
+        self.resolver = resolver
+        self.kwargs = dict(kwargs or {})
+        self.preimage = preimage
+        self.idempotency_key = idempotency_key
+
+    @property
+    def token(self) -> str:
+        """The step's deterministic recovery token."""
+        return R.recovery_token(self.saga, self.step)
+
+
+def escalate(saga_id: str, step: int | None, reason: str, by: str) -> Protocol:
+    """Put one item on the durable human queue (deterministic id: no duplicates)."""
     yield Append(
         {
             "type": R.ESCALATED,
-            "saga": run.id,
-            "step": step.id if step is not None else None,
-            "escalation": escalation_id(run.id, step.id if step is not None else None),
+            "saga": saga_id,
+            "step": step,
+            "escalation": escalation_id(saga_id, step),
             "reason": reason,
-            "by": run.owner_label(),
+            "by": by,
             "ts": _now(),
         }
     )
-    if step is not None:
-        step.state = StepState.ESCALATED
-    run.escalations.append(reason)
 
 
-def _compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+def compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """Resolve the function to run for ``comp`` and its kwargs (token as idempotency key).
+
+    Raises:
+        HandlerNotRegistered: ``comp`` has no ``fn`` and its handler is unknown here.
+    """
     fn = comp.fn if comp.fn is not None else get_handler(comp.handler or "")
     kwargs = dict(comp.kwargs)
     if "idempotency_key" not in kwargs and accepts_keyword(fn, "idempotency_key"):
@@ -519,19 +571,30 @@ def _compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., An
     return fn, kwargs
 
 
-def _run_compensation(
-    run: Run, step: Step, comp: Compensation, policy: RetryPolicy, *, durable: bool
+def run_compensation(
+    t: Target, comp: Compensation, policy: RetryPolicy, *, durable: bool = True
 ) -> Generator[Command, Any, BaseException | None]:
-    """Run ``comp`` with retries; return None on success or the last error."""
-    token = R.recovery_token(run.id, step.id)
+    """Run ``comp`` with retries; return None on success or the last error.
+
+    Durable: ``compensating`` is made durable *before* the call (the writer checks
+    its lease there, so a fenced process never starts a compensation), then
+    ``compensated`` after it. Every failed attempt is recorded.
+    """
+    token = t.token
     try:
-        fn, kwargs = _compensation_call(comp, token)
+        fn, kwargs = compensation_call(comp, token)
     except HandlerNotRegistered as exc:
         return exc
     if durable:
-        yield Submit(
-            {"type": R.COMPENSATING, "saga": run.id, "step": step.id, "token": token,
-             "by": run.owner_label(), "ts": _now()}
+        yield Append(
+            {
+                "type": R.COMPENSATING,
+                "saga": t.saga,
+                "step": t.step,
+                "token": token,
+                "by": t.by,
+                "ts": _now(),
+            }
         )
     attempt = 0
     while True:
@@ -543,9 +606,17 @@ def _run_compensation(
             delay = policy.delay_after(attempt)
             if durable:
                 yield Submit(
-                    {"type": R.COMPENSATION_FAILED, "saga": run.id, "step": step.id,
-                     "token": token, "by": run.owner_label(), "attempt": attempt,
-                     "error": _error_text(exc), "final": delay is None, "ts": _now()}
+                    {
+                        "type": R.COMPENSATION_FAILED,
+                        "saga": t.saga,
+                        "step": t.step,
+                        "token": token,
+                        "by": t.by,
+                        "attempt": attempt,
+                        "error": _error_text(exc),
+                        "final": delay is None,
+                        "ts": _now(),
+                    }
                 )
             if delay is None:
                 return exc
@@ -554,99 +625,199 @@ def _run_compensation(
         _crash.crashpoint("rollback.after_compensation")
         if durable:
             yield Append(
-                {"type": R.COMPENSATED, "saga": run.id, "step": step.id, "token": token,
-                 "by": run.owner_label(), "ts": _now()}
+                {
+                    "type": R.COMPENSATED,
+                    "saga": t.saga,
+                    "step": t.step,
+                    "token": token,
+                    "by": t.by,
+                    "ts": _now(),
+                }
             )
-        step.state = StepState.COMPENSATED
         return None
 
 
-def _resolve_unknown(run: Run, step: Step, policy: RetryPolicy) -> Generator[Command, Any, BaseException | None]:
-    """Settle a step whose forward call may or may not have landed."""
-    spec = step.spec
-    if spec.resolver is None:
-        yield from _escalate(
-            run, step,
-            f"outcome unknown: {spec.name!r} raised during its forward call (attempts "
-            f"{step.unknown_attempts}) and declares no resolver; check whether it took effect",
+def undo_compensation(
+    t: Target, comp: Compensation, policy: RetryPolicy
+) -> Generator[Command, Any, tuple[str, BaseException | None]]:
+    """Compensate a committed step; escalate it if that fails for good.
+
+    Returns:
+        ``("compensated", None)`` or ``("escalated", error)``.
+    """
+    error = yield from run_compensation(t, comp, policy)
+    if error is None:
+        return "compensated", None
+    if isinstance(error, HandlerNotRegistered):
+        reason = f"handler not registered: {comp.handler!r}"
+    else:
+        reason = f"compensation of {t.tool!r} failed past its retry budget: {_error_text(error)}"
+    yield from escalate(t.saga, t.step, reason, t.by)
+    return "escalated", error
+
+
+def resolve_unknown(
+    t: Target, policy: RetryPolicy
+) -> Generator[Command, Any, tuple[str, BaseException | None]]:
+    """Settle a step whose forward call may or may not have landed.
+
+    Only a resolver the tool declared may decide; without one, or when it cannot
+    tell, the step is escalated (fail closed).
+
+    Returns:
+        ``("no_effect", None)``, ``("compensated", None)``, or ``("escalated", error)``.
+    """
+    if t.resolver is None:
+        yield from escalate(
+            t.saga,
+            t.step,
+            f"outcome unknown: the forward call of {t.tool!r} may or may not have taken "
+            "effect and the tool declares no resolver; check it and resolve this by hand",
+            t.by,
         )
-        return None
+        return "escalated", None
     try:
-        resolver = get_handler(spec.resolver)
-    except HandlerNotRegistered:
-        yield from _escalate(run, step, f"handler not registered: resolver {spec.resolver!r}")
-        return None
+        resolver = get_handler(t.resolver)
+    except HandlerNotRegistered as exc:
+        yield from escalate(t.saga, t.step, f"handler not registered: {t.resolver!r}", t.by)
+        return "escalated", exc
     try:
         verdict = yield Call(
-            resolver, (),
-            {"tool": spec.name, "kwargs": step.kwargs, "preimage": step.preimage,
-             "idempotency_key": step.idempotency_key},
+            resolver,
+            (),
+            {
+                "tool": t.tool,
+                "kwargs": t.kwargs,
+                "preimage": t.preimage,
+                "idempotency_key": t.idempotency_key,
+            },
         )
     except Exception as exc:
-        yield from _escalate(run, step, f"resolver {spec.resolver!r} raised {_error_text(exc)}")
-        return None
+        yield from escalate(
+            t.saga, t.step, f"resolver {t.resolver!r} raised {_error_text(exc)}", t.by
+        )
+        return "escalated", exc
     if not isinstance(verdict, Resolution) or verdict.outcome == "undecided":
-        why = verdict.reason if isinstance(verdict, Resolution) else "no Resolution returned"
-        yield from _escalate(run, step, f"resolver undecided: {why}")
-        return None
+        why = (
+            verdict.reason
+            if isinstance(verdict, Resolution)
+            else (f"resolver returned {type(verdict).__name__}, not Resolution")
+        )
+        yield from escalate(t.saga, t.step, f"resolver undecided: {why}", t.by)
+        return "escalated", None
     if verdict.outcome == "no_effect":
         yield Append(
-            {"type": R.COMPENSATED, "saga": run.id, "step": step.id,
-             "token": R.recovery_token(run.id, step.id), "by": run.owner_label(),
-             "outcome": "no_effect", "ts": _now()}
+            {
+                "type": R.COMPENSATED,
+                "saga": t.saga,
+                "step": t.step,
+                "token": t.token,
+                "by": t.by,
+                "outcome": "no_effect",
+                "ts": _now(),
+            }
         )
-        step.state = StepState.NO_EFFECT
-        return None
+        return "no_effect", None
     assert verdict.compensation is not None
-    return (yield from _run_compensation(run, step, verdict.compensation, policy, durable=True))
+    return (yield from undo_compensation(t, verdict.compensation, policy))
 
 
-def _undo(run: Run, step: Step, policy: RetryPolicy) -> Generator[Command, Any, BaseException | None]:
-    """Undo one step; return the error if its compensation failed for good."""
+# --- in-process rollback and settling ----------------------------------------------------
+
+
+def _target(run: Run, step: Step) -> Target:
+    return Target(
+        run.id,
+        step.id,
+        step.spec.name,
+        run.owner_label(),
+        resolver=step.spec.resolver,
+        kwargs=step.kwargs,
+        preimage=step.preimage,
+        idempotency_key=step.idempotency_key,
+    )
+
+
+def _escalate(run: Run, step: Step | None, reason: str) -> Protocol:
+    yield from run.begin_records()
+    yield from escalate(run.id, step.id if step is not None else None, reason, run.owner_label())
+    if step is not None:
+        step.state = StepState.ESCALATED
+    run.escalations.append(reason)
+
+
+_STATE_OF = {
+    "compensated": StepState.COMPENSATED,
+    "no_effect": StepState.NO_EFFECT,
+    "escalated": StepState.ESCALATED,
+}
+
+
+def _settle(run: Run, step: Step, outcome: str, reason_if_escalated: str | None = None) -> None:
+    step.state = _STATE_OF[outcome]
+    if outcome == "escalated":
+        run.escalations.append(reason_if_escalated or f"step {step.id} escalated")
+
+
+def _undo(
+    run: Run, step: Step, policy: RetryPolicy
+) -> Generator[Command, Any, BaseException | None]:
+    """Undo one step; return the error when the saga could not be restored."""
     if not step.durable:  # REVERSIBLE: in-process only
-        if step.restore is not None:
-            comp = Compensation(fn=step.restore)
-        elif step.compensation is not None:
-            comp = step.compensation
-        else:
-            return None  # a REVERSIBLE tool without snapshot or compensation has nothing to undo
-        error = yield from _run_compensation(run, step, comp, policy, durable=False)
-        if error is not None:
-            yield from _escalate(
-                run, step, f"restore of REVERSIBLE step {step.spec.name!r} failed: "
-                f"{_error_text(error)}"
-            )
+        comp = Compensation(fn=step.restore) if step.restore is not None else step.compensation
+        if comp is None:
+            return None  # a REVERSIBLE tool without snapshot or compensation: nothing to undo
+        t = Target(run.id, step.id, step.spec.name, "in-process")
+        error = yield from run_compensation(t, comp, policy, durable=False)
+        if error is None:
+            step.state = StepState.COMPENSATED
+            return None
+        yield from _escalate(
+            run,
+            step,
+            f"restore of REVERSIBLE step {step.spec.name!r} failed: {_error_text(error)}",
+        )
         return error
     if step.state is StepState.UNKNOWN:
-        return (yield from _resolve_unknown(run, step, policy))
+        outcome, error = yield from resolve_unknown(_target(run, step), policy)
+        _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) outcome unknown")
+        if outcome == "escalated":
+            return error or _unresolved(run, step)
+        return None
     if step.spec.semantics is IRREVERSIBLE:
         yield from _escalate(
-            run, step, f"IRREVERSIBLE step {step.spec.name!r} completed in a saga that rolled "
-            "back; it cannot be undone automatically"
+            run,
+            step,
+            f"IRREVERSIBLE step {step.spec.name!r} completed in a saga that rolled "
+            "back; it cannot be undone automatically",
         )
         return None
     if step.compensation is None:
-        error = InvalidCompensation(
+        yield from _escalate(run, step, f"no valid compensation for {step.spec.name!r}")
+        return InvalidCompensation(
             f"{step.spec.name!r} has no valid compensation", saga_id=run.id, step_id=step.id
         )
-        yield from _escalate(run, step, f"no valid compensation for {step.spec.name!r}")
-        return error
-    error = yield from _run_compensation(run, step, step.compensation, policy, durable=True)
-    if error is not None:
-        reason = (
-            f"handler not registered: {step.compensation.handler!r}"
-            if isinstance(error, HandlerNotRegistered)
-            else f"compensation of {step.spec.name!r} failed past its retry budget: "
-            f"{_error_text(error)}"
-        )
-        yield from _escalate(run, step, reason)
+    outcome, error = yield from undo_compensation(_target(run, step), step.compensation, policy)
+    _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) compensation failed")
     return error
 
 
-def rollback_protocol(scope: Scope) -> Generator[Command, Any, list[tuple[int, str, BaseException]]]:
+def _unresolved(run: Run, step: Step) -> SagaError:
+    return SagaError(
+        f"step {step.id} ({step.spec.name}) has an unknown outcome and was escalated",
+        saga_id=run.id,
+        step_id=step.id,
+    )
+
+
+def rollback_protocol(
+    scope: Scope,
+) -> Generator[Command, Any, list[tuple[int, str, BaseException]]]:
     """Undo every completed step of ``scope`` (and its nested scopes), newest first.
 
-    A failing compensation does not stop the others. Returns the failures.
+    A failing compensation does not stop the others. Returns the failures: steps
+    that could not be undone (escalated), except IRREVERSIBLE ones, whose approval
+    already accepted that they cannot be undone (they are escalated for the record).
     """
     run = scope.run
     failures: list[tuple[int, str, BaseException]] = []
@@ -660,18 +831,20 @@ def rollback_protocol(scope: Scope) -> Generator[Command, Any, list[tuple[int, s
 
 
 def settle_protocol(scope: Scope) -> Generator[Command, Any, None]:
-    """Commit the saga: resolve steps left UNKNOWN, then write ``saga_end``."""
+    """Commit the saga: settle steps left UNKNOWN, then write ``saga_end``."""
     run = scope.run
     for step in list(reversed(run.done)):
         if step.state is StepState.UNKNOWN and step.durable:
             run.done.remove(step)
-            yield from _resolve_unknown(run, step, run.compensation_retry)
+            outcome, _ = yield from resolve_unknown(_target(run, step), run.compensation_retry)
+            _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) outcome unknown")
         elif step.unknown_attempts and step.durable and not step.spec.idempotent:
             yield from _escalate(
-                run, step, f"{step.spec.name!r} attempts {step.unknown_attempts} raised with "
+                run,
+                step,
+                f"{step.spec.name!r} attempts {step.unknown_attempts} raised with "
                 "unknown outcome before a later attempt succeeded; the effect may have "
                 "happened more than once (declare idempotent=True if the service dedupes "
-                "by idempotency key)"
+                "by idempotency key)",
             )
     yield from run.end_records("escalated" if run.escalations else "committed")
-

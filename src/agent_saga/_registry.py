@@ -6,6 +6,7 @@ daemon both import the modules that register the same names.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import weakref
@@ -132,8 +133,6 @@ def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
         result = keyword in params or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
         )
-    try:
+    with contextlib.suppress(TypeError):
         _accepts_cache.setdefault(fn, {})[keyword] = result
-    except TypeError:
-        pass
     return result

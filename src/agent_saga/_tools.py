@@ -79,8 +79,10 @@ class ToolSpec:
 
         Cancellation and interrupts never do: the call may have landed.
         """
-        return bool(self.no_effect_on) and isinstance(exc, self.no_effect_on) and not isinstance(
-            exc, _CANCELLATION
+        return (
+            bool(self.no_effect_on)
+            and isinstance(exc, self.no_effect_on)
+            and not isinstance(exc, _CANCELLATION)
         )
 
     def retry_delay(self, attempt: int, exc: BaseException) -> float | None:

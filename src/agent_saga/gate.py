@@ -91,7 +91,7 @@ class Decision:
 
 
 Approver = Callable[[ApprovalRequest], "bool | Decision | Awaitable[bool | Decision]"]
-Policy = Callable[[ApprovalRequest], "None | str | Decision"]
+Policy = Callable[[ApprovalRequest], "str | Decision | None"]
 
 
 def _name_of(obj: object) -> str:
@@ -272,11 +272,9 @@ def run_policies(policies: Iterable[Policy], request: ApprovalRequest) -> Decisi
     """
     for policy in policies:
         try:
-            verdict = policy(request)
+            verdict: object = policy(request)
         except Exception as exc:  # a broken policy must not open the gate
-            return Decision(
-                False, _name_of(policy), f"policy raised {type(exc).__name__}; refused"
-            )
+            return Decision(False, _name_of(policy), f"policy raised {type(exc).__name__}; refused")
         if verdict is None or verdict is True:
             continue
         if isinstance(verdict, Decision):

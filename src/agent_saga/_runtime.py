@@ -29,6 +29,7 @@ from .wal import records as R
 
 __all__ = [
     "LogBackend",
+    "LogSource",
     "Run",
     "SagaOptions",
     "Scope",
@@ -61,6 +62,14 @@ class LogBackend(Protocol):
 
     async def append_async(self, record: dict[str, Any]) -> None:
         """Write ``record`` and wait, without blocking the loop, until it is durable."""
+        ...
+
+
+class LogSource(Protocol):
+    """Anything the drivers can get a log from (a ``Run``, the recovery daemon)."""
+
+    def log(self) -> LogBackend:
+        """Return the log to write to."""
         ...
 
 
@@ -286,7 +295,7 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
-def drive_sync(gen: Generator[Command, Any, Any], run: Run) -> Any:
+def drive_sync(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
     """Carry out ``gen``'s commands in this thread, blocking on I/O."""
     send: Any = None
     throw: BaseException | None = None
@@ -312,7 +321,7 @@ def drive_sync(gen: Generator[Command, Any, Any], run: Run) -> Any:
             throw = exc
 
 
-async def drive_async(gen: Generator[Command, Any, Any], run: Run) -> Any:
+async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
     """Carry out ``gen``'s commands without blocking the event loop."""
     send: Any = None
     throw: BaseException | None = None

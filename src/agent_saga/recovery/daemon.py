@@ -1,0 +1,359 @@
+"""The recovery daemon: finishes the sagas of processes that died.
+
+One pass (``RecoveryDaemon.run_once``):
+
+1. **Catch up**: read the WAL from where the last pass stopped (never the whole log
+   again) into a :class:`~agent_saga.wal.state.SagaFold` that forgets terminal
+   sagas, so memory grows with live sagas, not with the log.
+2. For every saga without ``saga_end``: skip it while its owner's lease is live or
+   another daemon's claim is unexpired; otherwise **claim** it — under the WAL's
+   append lock, re-read the tail, re-check, revoke the owner's expired lease (which
+   fences a stalled owner out of the log) and append a ``claim`` record with the
+   next fencing number. Claims expire, so a daemon killed mid-claim blocks nothing.
+3. **Resolve** its steps newest first through the same undo protocol the agent uses
+   in-process (:mod:`agent_saga._engine`): committed steps are compensated by their
+   recorded handler and kwargs with the deterministic recovery token as idempotency
+   key; steps of unknown outcome (dangling intents) only through the resolver the
+   tool declared; everything else is escalated. Then write ``saga_end``.
+
+Exactly-once rests on three layers: the claim (atomic under the append lock), the
+token (a handler called twice with it acts once), and the records (a step with a
+``compensated`` record is never run again). The file lock is an optimisation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .._engine import (
+    Target,
+    escalate,
+    resolve_unknown,
+    undo_compensation,
+)
+from .._runtime import drive_sync
+from .._types import Compensation, RetryPolicy
+from ..wal import records as R
+from ..wal.lease import LeaseTable, sidecar_dir
+from ..wal.reader import Damage, Record, scan
+from ..wal.state import SagaFold, SagaView, StepView
+from ..wal.writer import WALWriter, open_writer
+from .locks import FileLock, Lock
+
+__all__ = ["PassReport", "RecoveryDaemon"]
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _json_line(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+@dataclass(slots=True)
+class PassReport:
+    """What one pass did (also the last line ``saga-recoveryd --once`` prints)."""
+
+    claimed: int = 0
+    compensated: int = 0
+    no_effect: int = 0
+    escalated: int = 0
+    finished: int = 0
+    skipped_live: int = 0
+    skipped_claimed: int = 0
+    damages: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a dict."""
+        return asdict(self)
+
+
+class RecoveryDaemon:
+    """Scans one WAL and finishes the sagas whose owners died.
+
+    Args:
+        wal_path: The write-ahead log.
+        claim_seconds: How long a claim lasts; it is renewed while work goes on.
+        compensation_retry: Attempts and backoff per compensation before escalating.
+        lock: The lock backend (default: a :class:`FileLock` beside the WAL).
+        encryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+        emit: Receives one dict per decision (default: JSON lines on stdout).
+    """
+
+    def __init__(
+        self,
+        wal_path: str,
+        *,
+        claim_seconds: float = 60.0,
+        compensation_retry: RetryPolicy | None = None,
+        lock: Lock | None = None,
+        encryptor: Any = None,
+        emit: Emit | None = None,
+    ) -> None:
+        self.wal_path = os.path.abspath(wal_path)
+        self.id = f"recoveryd-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.claim_seconds = claim_seconds
+        self.retry = compensation_retry or RetryPolicy(attempts=3, initial_delay=0.2)
+        self._lock = lock or FileLock(os.path.join(sidecar_dir(self.wal_path), "locks"))
+        self._encryptor = encryptor
+        self._emit_fn = emit or _json_line
+        self._fold = SagaFold(forget_terminal=True)
+        self._offset = 0
+        self._inode: int | None = None
+        self._reported: set[int] = set()
+        self._corrupt: list[int] = []
+        self._writer: WALWriter | None = None
+        self._stop = threading.Event()
+        self._report = PassReport()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def log(self) -> WALWriter:
+        """The daemon's own writer (the drivers append through it)."""
+        if self._writer is None or self._writer._closed:
+            self._writer = open_writer(self.wal_path, encryptor=self._encryptor)
+        return self._writer
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        self._emit_fn({"ts": round(time.time(), 3), "daemon": self.id, "event": event, **fields})
+
+    def stop(self) -> None:
+        """Ask a running :meth:`run_forever` (or pass) to stop after the current step."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Close the daemon's writer."""
+        if self._writer is not None:
+            self._writer.close()
+
+    def _feed(self, items: Iterable[Record | Damage]) -> None:
+        for item in items:
+            if isinstance(item, Record):
+                self._fold.apply(item.data, item.offset)
+                self._offset = item.end
+                continue
+            if item.offset not in self._reported:
+                self._reported.add(item.offset)
+                self._report.damages += 1
+                self._emit(
+                    "damage",
+                    offset=item.offset,
+                    length=item.length,
+                    kind=item.kind,
+                    detail=item.detail,
+                )
+            if item.kind == "corrupt":
+                if item.offset not in self._corrupt:
+                    self._corrupt.append(item.offset)
+                self._offset = item.offset + item.length
+            # A torn tail may be a write still in progress: read it again next time.
+
+    def catch_up(self) -> None:
+        """Read what was appended since the last call (restart after compaction)."""
+        try:
+            st = os.stat(self.wal_path)
+        except FileNotFoundError:
+            return
+        if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._offset):
+            self._fold = SagaFold(forget_terminal=True)
+            self._offset = 0
+            self._corrupt.clear()
+            self._reported.clear()
+        self._inode = st.st_ino
+        self._feed(scan(self.wal_path, start=self._offset, decryptor=self._encryptor))
+
+    # -- one pass -------------------------------------------------------------------
+
+    def run_once(self) -> PassReport:
+        """Make one recovery pass over the WAL.
+
+        Returns:
+            Counters of what the pass did. Escalations are *completed* work: a human
+            is asked, and ``agent-saga escalations`` lists them.
+        """
+        self._report = PassReport()
+        self.catch_up()
+        for view in list(self._fold.non_terminal()):
+            if self._stop.is_set():
+                break
+            self._consider(view.saga_id)
+        self._emit("pass_complete", **self._report.as_dict())
+        return self._report
+
+    def run_forever(self, interval: float) -> None:
+        """Run passes every ``interval`` seconds until :meth:`stop` is called."""
+        while not self._stop.is_set():
+            self.run_once()
+            self._stop.wait(interval)
+
+    def _consider(self, saga_id: str) -> None:
+        view = self._fold.get(saga_id)
+        if view is None or view.terminal:
+            return
+        now = time.time()
+        claim = view.claim
+        if claim is not None and claim.by != self.id and claim.expires > now:
+            self._report.skipped_claimed += 1
+            self._emit("skipped-claimed", saga=saga_id, by=claim.by, fence=claim.fence)
+            return
+        if view.owner and not LeaseTable(self.wal_path).is_expired(view.owner, now):
+            self._report.skipped_live += 1
+            self._emit("skipped-live", saga=saga_id, owner=view.owner)
+            return
+        lock_token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
+        if lock_token is None:
+            self._report.skipped_claimed += 1
+            self._emit("skipped-locked", saga=saga_id)
+            return
+        try:
+            fence = self._claim(saga_id)
+            if fence is not None:
+                self._resolve(saga_id, fence)
+        finally:
+            self._lock.release(saga_id, lock_token)
+
+    def _claim(self, saga_id: str, *, renew_fence: int | None = None) -> int | None:
+        """Claim (or renew our claim on) ``saga_id`` atomically; return the fence."""
+        with self.log().exclusive() as x:
+            self._feed(x.read_from(self._offset))
+            view = self._fold.get(saga_id)
+            if view is None or view.terminal:
+                return None
+            now = time.time()
+            claim = view.claim
+            if renew_fence is not None:
+                if claim is None or claim.by != self.id or claim.fence != renew_fence:
+                    return None
+                fence = renew_fence
+            else:
+                if claim is not None and claim.by != self.id and claim.expires > now:
+                    return None
+                if view.owner:
+                    if not x.leases.is_expired(view.owner, now):
+                        return None
+                    x.leases.revoke(view.owner, self.id, now)
+                fence = (claim.fence if claim is not None else 0) + 1
+            x.append_locked(
+                [
+                    {
+                        "type": R.CLAIM,
+                        "saga": saga_id,
+                        "by": self.id,
+                        "expires": now + self.claim_seconds,
+                        "fence": fence,
+                        "ts": now,
+                    }
+                ]
+            )
+        if renew_fence is None:
+            self._report.claimed += 1
+            self._emit("claimed", saga=saga_id, fence=fence, owner=view.owner)
+        return fence
+
+    def _still_ours(self, saga_id: str, fence: int) -> bool:
+        """Whether our claim stands; renew it when half of it has passed."""
+        self.catch_up()
+        view = self._fold.get(saga_id)
+        if view is None or view.terminal:
+            return False
+        claim = view.claim
+        if claim is None or claim.by != self.id or claim.fence != fence:
+            return False
+        if claim.expires - time.time() < self.claim_seconds / 2:
+            return self._claim(saga_id, renew_fence=fence) is not None
+        return True
+
+    def _damaged(self, view: SagaView) -> int | None:
+        """The offset of a corrupt frame that may have held one of this saga's records."""
+        for offset in self._corrupt:
+            if view.first_offset < offset or not view.begun:
+                return offset
+        return None
+
+    def _resolve(self, saga_id: str, fence: int) -> None:
+        view = self._fold.get(saga_id)
+        assert view is not None
+        escalated = bool(view.escalations)
+        damaged_at = self._damaged(view)
+        for step in self._fold.unwind_order(saga_id):
+            if self._stop.is_set():
+                return  # the claim expires; another pass finishes the saga
+            if not self._still_ours(saga_id, fence):
+                self._emit("lost-claim", saga=saga_id, fence=fence)
+                return
+            outcome = self._undo(saga_id, step, damaged_at)
+            escalated = escalated or outcome == "escalated"
+        if not self._still_ours(saga_id, fence):
+            self._emit("lost-claim", saga=saga_id, fence=fence)
+            return
+        outcome = "escalated" if escalated else "rolled_back"
+        self.log().append(
+            {
+                "type": R.SAGA_END,
+                "saga": saga_id,
+                "outcome": outcome,
+                "by": self.id,
+                "note": "recovered after its owner died; in-process (REVERSIBLE) state "
+                "ended with that process",
+                "ts": time.time(),
+            }
+        )
+        self._report.finished += 1
+        self._emit("finished", saga=saga_id, outcome=outcome)
+
+    def _undo(self, saga_id: str, step: StepView, damaged_at: int | None) -> str:
+        t = Target(
+            saga_id,
+            step.step,
+            step.tool or "?",
+            self.id,
+            resolver=step.resolver,
+            kwargs=step.kwargs,
+            preimage=step.preimage,
+            idempotency_key=step.idempotency_key or "",
+        )
+        committed = "committed" in step.attempt_states.values()
+        if damaged_at is not None:
+            reason = (
+                f"the log is damaged at offset {damaged_at}, where a record of this saga may "
+                "have been lost; not compensating on partial knowledge"
+            )
+            drive_sync(escalate(saga_id, step.step, reason, self.id), self)
+            outcome, error = "escalated", None
+        elif not committed:
+            outcome, error = drive_sync(resolve_unknown(t, self.retry), self)
+        elif step.semantics == "irreversible":
+            reason = f"IRREVERSIBLE step {t.tool!r} of a dead process cannot be undone"
+            drive_sync(escalate(saga_id, step.step, reason, self.id), self)
+            outcome, error = "escalated", None
+        elif step.handler is None:
+            reason = f"no durable compensation recorded for {t.tool!r} (no handler name)"
+            drive_sync(escalate(saga_id, step.step, reason, self.id), self)
+            outcome, error = "escalated", None
+        else:
+            comp = Compensation(handler=step.handler, kwargs=step.compensation_kwargs or {})
+            outcome, error = drive_sync(undo_compensation(t, comp, self.retry), self)
+        if outcome == "compensated":
+            self._report.compensated += 1
+        elif outcome == "no_effect":
+            self._report.no_effect += 1
+        else:
+            self._report.escalated += 1
+        self._emit(
+            outcome,
+            saga=saga_id,
+            step=step.step,
+            tool=t.tool,
+            token=t.token,
+            **({"error": type(error).__name__} if error is not None else {}),
+        )
+        return outcome

@@ -1,0 +1,298 @@
+"""Streaming WAL reader: valid records in file order, damage reported and skipped.
+
+The reader never loads the whole file: it keeps a sliding window of at most one
+frame plus one chunk. After a frame that fails the validity rule it searches for
+the next magic from ``offset + 1`` and goes on with the first valid frame, so every
+valid record before and after the damage is returned (``docs/log-format.md`` §8).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal, Protocol
+
+from ..errors import WALKeyMissing
+from .format import (
+    HEADER_SIZE,
+    KIND_PLAIN,
+    MAGIC,
+    check_header,
+    decode_payload,
+    frame_crc_ok,
+    header_prefix_plausible,
+)
+
+__all__ = ["Damage", "Decryptor", "Record", "VerifyReport", "scan", "verify"]
+
+_CHUNK = 1 << 20
+
+
+class Decryptor(Protocol):
+    """Anything that can open a kind-2 payload (see ``format.Encryptor``)."""
+
+    def decrypt(self, blob: bytes, *, offset: int) -> bytes:
+        """Return the plaintext of ``blob`` or raise ``WALAuthenticationFailed``.
+
+        Args:
+            blob: The frame payload.
+            offset: The frame's offset, for the error.
+
+        Returns:
+            The record's JSON bytes.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One valid record.
+
+    Attributes:
+        offset: Byte offset of the frame's first byte.
+        end: Byte offset just past the frame (where the next frame starts).
+        data: The decoded record (a JSON object with a string ``type``).
+    """
+
+    offset: int
+    end: int
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """A damaged region the reader skipped.
+
+    Attributes:
+        offset: Byte offset where the damage starts.
+        length: How many bytes were skipped.
+        kind: ``"torn_tail"`` for an incomplete frame at the very end of the file
+            (the signature of a crash mid-write), ``"corrupt"`` for anything else.
+        detail: What was wrong with the first bad frame, for humans.
+    """
+
+    offset: int
+    length: int
+    kind: Literal["torn_tail", "corrupt"]
+    detail: str
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What :func:`verify` found.
+
+    Attributes:
+        path: The file checked.
+        size: Its size in bytes (0 when missing).
+        records: How many valid records it holds.
+        by_type: Valid records counted per ``type``.
+        damages: Every damaged region, in file order.
+    """
+
+    path: str
+    size: int = 0
+    records: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+    damages: list[Damage] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the file has no damage at all (a torn tail counts as damage)."""
+        return not self.damages
+
+
+class _Window:
+    """A sliding read window over a file addressed by absolute offsets."""
+
+    __slots__ = ("base", "buf", "eof", "f")
+
+    def __init__(self, f: IO[bytes], start: int) -> None:
+        self.f = f
+        f.seek(start)
+        self.base = start
+        self.buf = bytearray()
+        self.eof = False
+
+    def end(self) -> int:
+        return self.base + len(self.buf)
+
+    def fill(self, upto: int) -> bool:
+        """Buffer bytes up to ``upto``; False when the file ends before it."""
+        while self.base + len(self.buf) < upto and not self.eof:
+            chunk = self.f.read(max(_CHUNK, upto - self.base - len(self.buf)))
+            if chunk:
+                self.buf += chunk
+            else:
+                self.eof = True
+        return self.base + len(self.buf) >= upto
+
+    def drop_before(self, offset: int) -> None:
+        # Amortised: only shift the buffer once a chunk's worth is dead.
+        n = offset - self.base
+        if n >= _CHUNK or (n > 0 and n == len(self.buf)):
+            del self.buf[:n]
+            self.base = offset
+
+    def get(self, a: int, b: int) -> bytes:
+        return bytes(self.buf[a - self.base : b - self.base])
+
+    def find_magic(self, start: int) -> int | None:
+        while True:
+            i = self.buf.find(MAGIC, max(0, start - self.base))
+            if i >= 0:
+                return self.base + i
+            if self.eof:
+                return None
+            # Keep the last byte: it may be the first half of a magic.
+            start = max(start, self.end() - 1)
+            self.drop_before(start)
+            self.fill(self.end() + 1)
+
+
+_VALID, _INVALID, _INCOMPLETE, _EOF = 0, 1, 2, 3
+
+
+def scan(
+    path: str | os.PathLike[str], *, start: int = 0, decryptor: Decryptor | None = None
+) -> Iterator[Record | Damage]:
+    """Yield every valid record and every damaged region of a WAL, in file order.
+
+    Args:
+        path: The WAL file. A missing file reads as empty.
+        start: Byte offset to start at (a frame boundary, normally a previous
+            ``Record.end``; anything else resynchronises at the next magic).
+        decryptor: Opens encrypted frames. When None and an encrypted frame is met,
+            the key from ``AGENT_SAGA_WAL_KEY`` is used.
+
+    Yields:
+        ``Record`` for each valid frame, ``Damage`` for each damaged region.
+
+    Raises:
+        WALKeyMissing: an encrypted frame was met and no key is configured.
+        WALAuthenticationFailed: an encrypted frame with a valid crc failed
+            authentication (wrong key or tampering).
+    """
+    try:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the generator
+    except FileNotFoundError:
+        return
+    with f:
+        yield from _scan_file(f, os.fspath(path), start, decryptor)
+
+
+def _scan_file(
+    f: IO[bytes], path: str, start: int, decryptor: Decryptor | None
+) -> Iterator[Record | Damage]:
+    w = _Window(f, start)
+    pos = start
+    damage_start: int | None = None
+    damage_detail = ""
+    torn_at: int | None = None
+    while True:
+        w.drop_before(pos)
+        status, end, detail, data = _frame_at(w, pos)
+        if status == _EOF:
+            return  # clean end: a damaged region never reaches here (pos is a magic)
+        if status == _VALID:
+            if damage_start is not None:
+                yield Damage(damage_start, pos - damage_start, "corrupt", damage_detail)
+                damage_start, torn_at = None, None
+            if data is None:
+                if decryptor is None:
+                    decryptor = _env_decryptor(path, pos)
+                blob = w.get(pos + HEADER_SIZE, end)
+                data = decode_payload(decryptor.decrypt(blob, offset=pos))
+            if isinstance(data, str):
+                # crc-valid frame whose payload is not a record: its extent is
+                # trustworthy, so skip exactly the frame instead of resyncing inside it.
+                yield Damage(pos, end - pos, "corrupt", data)
+            else:
+                assert isinstance(data, dict)
+                yield Record(pos, end, data)
+            pos = end
+            continue
+        if damage_start is None:
+            damage_start, damage_detail = pos, detail
+        if status == _INCOMPLETE and torn_at is None:
+            torn_at = pos
+        nxt = w.find_magic(pos + 1)
+        if nxt is None:
+            break
+        pos = nxt
+    # Only an open damaged region ends the loop, and find_magic saw end of file.
+    eof = w.end()
+    if torn_at is None:
+        yield Damage(damage_start, eof - damage_start, "corrupt", damage_detail)
+        return
+    if torn_at > damage_start:
+        yield Damage(damage_start, torn_at - damage_start, "corrupt", damage_detail)
+    yield Damage(torn_at, eof - torn_at, "torn_tail", "incomplete frame at end of file")
+
+
+def _frame_at(w: _Window, pos: int) -> tuple[int, int, str, dict[str, Any] | str | None]:
+    """Classify the candidate frame at ``pos``: (status, end, detail, plaintext record).
+
+    For a valid encrypted frame the record is None (decrypted by the caller).
+    """
+    if not w.fill(pos + HEADER_SIZE):
+        rest = w.get(pos, w.end())
+        if not rest:
+            return (_EOF, pos, "", None)
+        if header_prefix_plausible(rest):
+            return (_INCOMPLETE, pos, "incomplete frame header", None)
+        return (_INVALID, pos, "garbage", None)
+    status, kind, length, crc, detail = check_header(w.get(pos, pos + HEADER_SIZE))
+    if status != "ok":
+        return (_INVALID, pos, detail, None)
+    end = pos + HEADER_SIZE + length
+    if not w.fill(end):
+        return (_INCOMPLETE, pos, "frame extends past end of file", None)
+    payload = w.get(pos + HEADER_SIZE, end)
+    if not frame_crc_ok(kind, length, crc, payload):
+        return (_INVALID, pos, "crc mismatch", None)
+    if kind == KIND_PLAIN:
+        return (_VALID, end, "", decode_payload(payload))
+    return (_VALID, end, "", None)
+
+
+def _env_decryptor(path: str, offset: int) -> Decryptor:
+    from .encryption import encryptor_from_env
+
+    env = encryptor_from_env()
+    if env is None:
+        raise WALKeyMissing(
+            f"{path} holds encrypted records (first at offset {offset}) and no key is "
+            "configured: set AGENT_SAGA_WAL_KEY or pass an encryptor",
+            path=path,
+        )
+    return env
+
+
+def verify(path: str | os.PathLike[str], decryptor: Decryptor | None = None) -> VerifyReport:
+    """Read a whole WAL and summarise it (``agent-saga wal verify``).
+
+    Args:
+        path: The WAL file (missing reads as empty).
+        decryptor: As for :func:`scan`.
+
+    Returns:
+        Record counts, damages and the file size.
+
+    Raises:
+        WALKeyMissing: as for :func:`scan`.
+        WALAuthenticationFailed: as for :func:`scan`.
+    """
+    report = VerifyReport(path=os.fspath(path))
+    try:
+        report.size = os.stat(path).st_size
+    except FileNotFoundError:
+        return report
+    for item in scan(path, decryptor=decryptor):
+        if isinstance(item, Record):
+            report.records += 1
+            t = item.data["type"]
+            report.by_type[t] = report.by_type.get(t, 0) + 1
+        else:
+            report.damages.append(item)
+    return report

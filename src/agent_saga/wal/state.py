@@ -1,0 +1,654 @@
+"""Fold WAL records into saga views (pure and incremental: no I/O except :func:`fold_file`).
+
+The CLI, the recovery daemon and the debugger UI all need the same answer to "what
+state is each saga in?". :class:`SagaFold` computes it once, one record at a time,
+so a caller can stream a log of any size and resume from where it stopped.
+
+Rules (``docs/log-format.md`` §2 is normative):
+
+* A saga is terminal only with ``saga_end``. Its status is then the end's outcome
+  (``committed`` / ``rolled_back`` / ``escalated``). Before that it is ``running``,
+  ``recovering`` once a daemon claimed it, or ``rolling_back`` once any undo record
+  (``compensating`` / ``compensated`` / ``compensation_failed``) was written.
+* A step's state follows its records: ``gated`` / ``refused`` (gate only),
+  ``intent`` (dangling: neither ``committed`` nor ``forward_failed`` yet), ``committed``,
+  ``no_effect``, ``unknown``, then ``compensating`` / ``compensated`` /
+  ``compensation_failed`` / ``escalated``.
+* Unknown record types and malformed records never raise; they are counted in
+  :attr:`SagaFold.anomalies` with their offset and otherwise ignored, which fails
+  closed (a ``committed`` record that is ignored leaves its step a dangling intent,
+  which recovery resolves or escalates instead of trusting).
+
+Memory: with ``forget_terminal=True`` a saga's detail is dropped as soon as its
+``saga_end`` is applied, keeping only id, status and end time, so memory grows with
+live sagas and open escalations, not with the size of the log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from . import records as r
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .reader import Damage, Decryptor, Record
+
+__all__ = [
+    "Anomaly",
+    "ClaimView",
+    "EscalationView",
+    "SagaFold",
+    "SagaView",
+    "StepView",
+    "fold_file",
+]
+
+MAX_ANOMALIES: Final = 1000
+"""How many anomalies are kept in detail; :attr:`SagaFold.anomaly_count` counts all."""
+
+_NEEDS_UNDO: Final = frozenset(
+    {"intent", "committed", "unknown", "compensating", "compensation_failed"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """A record the fold could not use.
+
+    Attributes:
+        offset: Byte offset of the record in the log.
+        kind: ``"unknown_type"``, ``"malformed"`` or ``"after_end"``.
+        detail: What was wrong, for humans.
+    """
+
+    offset: int
+    kind: str
+    detail: str
+
+
+@dataclass(slots=True)
+class ClaimView:
+    """A daemon's claim on a saga (``claim`` record)."""
+
+    by: str
+    expires: float
+    fence: int
+    offset: int
+    ts: float | None = None
+
+
+@dataclass(slots=True)
+class EscalationView:
+    """An entry of the human queue (``escalated`` plus, once answered, ``escalation_resolved``)."""
+
+    escalation: str
+    saga_id: str
+    step: int | None
+    reason: str
+    by: str
+    offset: int
+    ts: float | None = None
+    resolved: bool = False
+    note: Any = None
+    resolved_by: str | None = None
+    resolved_ts: float | None = None
+    resolved_offset: int | None = None
+
+
+@dataclass(slots=True)
+class StepView:
+    """Everything the log says about one step of a saga.
+
+    Attributes:
+        step: Step number (unique within the saga, in start order).
+        state: See the module docstring.
+        attempts: Number of ``intent`` records seen (attempts made).
+        kwargs: Forward kwargs of the latest attempt, as recorded (already redacted).
+        handler / compensation_kwargs / token: From the ``committed`` record.
+        preimage / resolver: From the latest ``intent`` record.
+        order: Index of this step among the saga's finished steps (``committed``
+            order); None until it committed.
+        attempt_states: Per attempt: ``intent``, ``committed``, ``no_effect``, ``unknown``.
+        final_failure: The last ``compensation_failed`` had ``final: true``.
+    """
+
+    step: int
+    tool: str | None = None
+    semantics: str | None = None
+    state: str = "gated"
+    attempts: int = 0
+    kwargs: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    resolver: str | None = None
+    preimage: Any = None
+    handler: str | None = None
+    compensation_kwargs: dict[str, Any] | None = None
+    token: str | None = None
+    order: int | None = None
+    gate_decision: str | None = None
+    error: Any = None
+    final_failure: bool = False
+    escalation: str | None = None
+    compensated_by: str | None = None
+    attempt_states: dict[int, str] = field(default_factory=dict)
+    attempt_offsets: dict[int, int] = field(default_factory=dict)
+    first_offset: int = 0
+    last_offset: int = 0
+
+    def _derive_forward_state(self) -> str:
+        states = self.attempt_states.values()
+        if not self.attempt_states:
+            return "refused" if self.gate_decision == "refused" else "gated"
+        for candidate in ("committed", "intent", "unknown"):
+            if candidate in states:
+                return candidate
+        return "no_effect"
+
+    @property
+    def unwind_offset(self) -> int | None:
+        """Offset of the latest record that makes this step need undoing, or None."""
+        live = [
+            self.attempt_offsets[a]
+            for a, s in self.attempt_states.items()
+            if s in ("intent", "committed", "unknown")
+        ]
+        return max(live) if live else None
+
+
+@dataclass(slots=True)
+class SagaView:
+    """Everything the log says about one saga.
+
+    ``forgotten`` views (terminal sagas whose detail was dropped) carry only
+    ``saga_id``, ``status`` and ``ended``; their ``steps`` are empty.
+    """
+
+    saga_id: str
+    name: str | None = None
+    owner: str | None = None
+    status: str = "running"
+    started: float | None = None
+    ended: float | None = None
+    outcome: str | None = None
+    ended_by: str | None = None
+    begun: bool = False
+    steps: dict[int, StepView] = field(default_factory=dict)
+    claims: list[ClaimView] = field(default_factory=list)
+    escalations: list[str] = field(default_factory=list)
+    first_offset: int = 0
+    last_offset: int = 0
+    record_count: int = 0
+    forgotten: bool = False
+    _finished: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        """True once a ``saga_end`` record was applied."""
+        return self.outcome is not None
+
+    @property
+    def claim(self) -> ClaimView | None:
+        """The claim with the highest fence, if any daemon claimed the saga."""
+        return max(self.claims, key=lambda c: c.fence) if self.claims else None
+
+
+# ---- record validation -------------------------------------------------------------
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _str(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def _opt_str(v: object) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _opt_int(v: object) -> bool:
+    return v is None or _is_int(v)
+
+
+def _opt_dict(v: object) -> bool:
+    return v is None or isinstance(v, dict)
+
+
+def _any(v: object) -> bool:
+    return True
+
+
+_Check = Callable[[Any], bool]
+_SCHEMA: Final[dict[str, dict[str, _Check]]] = {
+    r.SAGA_BEGIN: {"saga": _str, "name": _opt_str, "owner": _str},
+    r.GATE: {
+        "saga": _str,
+        "step": _is_int,
+        "tool": _str,
+        "semantics": _str,
+        "decision": lambda v: v in ("approved", "refused"),
+        "decided_by": _any,
+        "reason": _any,
+    },
+    r.INTENT: {
+        "saga": _str,
+        "step": _is_int,
+        "attempt": _is_int,
+        "tool": _str,
+        "semantics": _str,
+        "kwargs": lambda v: isinstance(v, dict),
+        "idempotency_key": _str,
+    },
+    r.COMMITTED: {
+        "saga": _str,
+        "step": _is_int,
+        "attempt": _is_int,
+        "handler": _opt_str,
+        "kwargs": _opt_dict,
+        "token": _opt_str,
+    },
+    r.FORWARD_FAILED: {
+        "saga": _str,
+        "step": _is_int,
+        "attempt": _is_int,
+        "outcome": lambda v: v in ("no_effect", "unknown"),
+        "error": _any,
+    },
+    r.COMPENSATING: {"saga": _str, "step": _is_int, "token": _str, "by": _any},
+    r.COMPENSATED: {"saga": _str, "step": _is_int, "token": _str, "by": _any},
+    r.COMPENSATION_FAILED: {
+        "saga": _str,
+        "step": _is_int,
+        "token": _str,
+        "by": _any,
+        "attempt": _is_int,
+        "error": _any,
+        "final": lambda v: isinstance(v, bool),
+    },
+    r.ESCALATED: {"saga": _str, "step": _opt_int, "escalation": _str, "reason": _any, "by": _any},
+    r.ESCALATION_RESOLVED: {"escalation": _str, "note": _any, "by": _any},
+    r.CLAIM: {"saga": _str, "by": _any, "expires": _is_num, "fence": _is_int},
+    r.SAGA_END: {"saga": _str, "outcome": lambda v: v in r.TERMINAL_OUTCOMES, "by": _any},
+}
+_OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
+    r.INTENT: {"resolver": _opt_str},
+}
+
+
+def _problem(record: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Return ``(kind, detail)`` when the record cannot be used, else None."""
+    rtype = record.get("type")
+    schema = None
+    if isinstance(rtype, str):
+        schema = _SCHEMA.get(rtype)
+    if rtype is None or schema is None:
+        return "unknown_type", f"unknown record type {rtype!r}"
+    for key, check in schema.items():
+        if key not in record:
+            return "malformed", f"{rtype} record without {key!r}"
+        if not check(record[key]):
+            return "malformed", f"{rtype} record has a bad {key!r}"
+    for key, check in _OPTIONAL.get(rtype, {}).items():
+        if key in record and not check(record[key]):
+            return "malformed", f"{rtype} record has a bad {key!r}"
+    ts = record.get("ts")
+    if ts is not None and not _is_num(ts):
+        return "malformed", f"{rtype} record has a bad 'ts'"
+    return None
+
+
+# ---- the fold ----------------------------------------------------------------------
+
+
+class SagaFold:
+    """Incremental fold of WAL records into :class:`SagaView` objects.
+
+    Args:
+        forget_terminal: Drop a saga's detail as soon as it ends (keep id, status and
+            end time). Use it for processes that stream the log forever.
+
+    Attributes:
+        anomalies: Up to :data:`MAX_ANOMALIES` records the fold could not use.
+        anomaly_count: How many there were in total.
+        damages: Damage reports passed to :meth:`feed`.
+        position: End offset of the last record fed through :meth:`feed` (where to
+            resume a scan).
+    """
+
+    def __init__(self, *, forget_terminal: bool = False) -> None:
+        self._forget = forget_terminal
+        self._live: dict[str, SagaView] = {}
+        self._ended: dict[str, SagaView] = {}
+        self._summaries: dict[str, tuple[str, float | None]] = {}
+        self._escalations: dict[str, EscalationView] = {}
+        self.anomalies: list[Anomaly] = []
+        self.anomaly_count = 0
+        self.damages: list[Damage] = []
+        self.position = 0
+
+    # -- feeding ------------------------------------------------------------------
+
+    def feed(self, items: Iterable[Record | Damage]) -> None:
+        """Apply a stream of reader items (records are applied, damages collected).
+
+        Args:
+            items: What :func:`agent_saga.wal.reader.scan` yields.
+        """
+        from .reader import Damage
+
+        for item in items:
+            if isinstance(item, Damage):
+                self.damages.append(item)
+                continue
+            self.apply(item.data, item.offset)
+            self.position = max(self.position, item.end)
+
+    def apply(self, record: Mapping[str, Any], offset: int) -> None:
+        """Apply one record found at ``offset``. Never raises on bad input.
+
+        Args:
+            record: The decoded record.
+            offset: Its byte offset in the log.
+        """
+        untrusted: object = record  # the type hint is a promise the log cannot make
+        if not isinstance(untrusted, Mapping):
+            self._anomaly(offset, "malformed", "record is not an object")
+            return
+        problem = _problem(record)
+        if problem is not None:
+            self._anomaly(offset, *problem)
+            return
+        ts = record.get("ts")
+        rtype = record["type"]
+        if rtype == r.ESCALATION_RESOLVED:
+            self._resolve(record, offset, ts)
+            return
+        saga_id: str = record["saga"]
+        if saga_id in self._summaries or saga_id in self._ended:
+            self._anomaly(offset, "after_end", f"{rtype} record after saga_end of {saga_id}")
+            if saga_id in self._summaries:
+                return
+        view = self._live.get(saga_id) or self._ended.get(saga_id)
+        if view is None:
+            view = self._live[saga_id] = SagaView(saga_id, first_offset=offset)
+        view.last_offset = offset
+        view.record_count += 1
+        handler = _APPLY.get(rtype)
+        if handler is not None:
+            handler(self, view, record, offset, ts)
+
+    # -- per-type transitions -----------------------------------------------------
+
+    def _begin(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        v.name, v.owner, v.started, v.begun = rec["name"], rec["owner"], ts, True
+
+    def _step(self, v: SagaView, rec: Mapping[str, Any], off: int) -> StepView:
+        n: int = rec["step"]
+        s = v.steps.get(n)
+        if s is None:
+            s = v.steps[n] = StepView(n, first_offset=off)
+        s.last_offset = off
+        return s
+
+    def _gate(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        s.tool, s.semantics, s.gate_decision = rec["tool"], rec["semantics"], rec["decision"]
+        if not s.attempt_states:
+            s.state = "refused" if rec["decision"] == "refused" else "gated"
+
+    def _intent(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        a: int = rec["attempt"]
+        s.tool, s.semantics, s.kwargs = rec["tool"], rec["semantics"], rec["kwargs"]
+        s.idempotency_key = rec["idempotency_key"]
+        s.resolver = rec.get("resolver")
+        if "preimage" in rec:
+            s.preimage = rec["preimage"]
+        if a not in s.attempt_states:
+            s.attempts += 1
+        s.attempt_states[a], s.attempt_offsets[a] = "intent", off
+        self._forward_changed(s)
+
+    def _committed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        s.handler, s.compensation_kwargs, s.token = rec["handler"], rec["kwargs"], rec["token"]
+        s.attempt_states[rec["attempt"]], s.attempt_offsets[rec["attempt"]] = "committed", off
+        if s.order is None:
+            s.order, v._finished = v._finished, v._finished + 1
+        self._forward_changed(s)
+
+    def _forward_failed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        a = rec["attempt"]
+        s.attempt_states[a], s.attempt_offsets[a] = rec["outcome"], off
+        s.error = rec["error"]
+        self._forward_changed(s)
+
+    @staticmethod
+    def _forward_changed(s: StepView) -> None:
+        # Undo progress (compensating...) is never overwritten by a late forward record.
+        if s.state in ("gated", "refused", "intent", "committed", "no_effect", "unknown"):
+            s.state = s._derive_forward_state()
+
+    def _undo(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        rtype = rec["type"]
+        s.token = rec["token"]
+        if not v.terminal and v.status in ("running", "recovering"):
+            v.status = "rolling_back"
+        if rtype == r.COMPENSATING:
+            if s.state != "compensated":
+                s.state = "compensating"
+        elif rtype == r.COMPENSATED:
+            s.state, s.compensated_by, s.final_failure = "compensated", rec["by"], False
+        else:
+            s.error, s.final_failure = rec["error"], rec["final"]
+            if s.state != "compensated":
+                s.state = "compensation_failed"
+
+    def _escalated(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        eid: str = rec["escalation"]
+        step = rec["step"]
+        self._escalations[eid] = EscalationView(
+            eid, v.saga_id, step, rec["reason"], rec["by"], off, ts
+        )
+        if eid not in v.escalations:
+            v.escalations.append(eid)
+        if step is not None:
+            s = self._step(v, rec, off)
+            s.escalation = eid
+            if s.state != "compensated":
+                s.state = "escalated"
+
+    def _claim(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        v.claims.append(ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts))
+        if v.status == "running":
+            v.status = "recovering"
+
+    def _end(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        if v.terminal:
+            return
+        v.outcome = v.status = rec["outcome"]
+        v.ended, v.ended_by = ts, rec["by"]
+        self._live.pop(v.saga_id, None)
+        if self._forget:
+            self._drop_detail(v)
+        else:
+            self._ended[v.saga_id] = v
+
+    def _resolve(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        e = self._escalations.get(rec["escalation"])
+        if e is None:
+            self._anomaly(off, "malformed", f"resolution of unknown escalation {rec['escalation']}")
+            return
+        e.resolved, e.note, e.resolved_by = True, rec["note"], rec["by"]
+        e.resolved_ts, e.resolved_offset = ts, off
+        if e.saga_id in self._summaries:
+            del self._escalations[e.escalation]
+
+    # -- memory control -----------------------------------------------------------
+
+    def _drop_detail(self, v: SagaView) -> None:
+        self._summaries[v.saga_id] = (v.status, v.ended)
+        for eid in v.escalations:
+            e = self._escalations.get(eid)
+            if e is not None and e.resolved:
+                del self._escalations[eid]
+
+    def forget_terminal(self, *, keep_summary: bool = True) -> int:
+        """Drop the detail of every terminal saga held so far.
+
+        Args:
+            keep_summary: Keep id, status and end time (so :meth:`get` still answers
+                and late records are recognised). False drops them too.
+
+        Returns:
+            How many sagas lost their detail.
+        """
+        ended, self._ended = self._ended, {}
+        for v in ended.values():
+            self._drop_detail(v)
+        if not keep_summary:
+            self._summaries.clear()
+        return len(ended)
+
+    def _anomaly(self, offset: int, kind: str, detail: str) -> None:
+        self.anomaly_count += 1
+        if len(self.anomalies) < MAX_ANOMALIES:
+            self.anomalies.append(Anomaly(offset, kind, detail))
+
+    # -- views --------------------------------------------------------------------
+
+    def get(self, saga_id: str) -> SagaView | None:
+        """Return the view of ``saga_id`` (a bare ``forgotten`` one if its detail was dropped).
+
+        Args:
+            saga_id: The saga's id.
+
+        Returns:
+            The view, or None when the log never mentioned the saga.
+        """
+        v = self._live.get(saga_id) or self._ended.get(saga_id)
+        if v is not None:
+            return v
+        summary = self._summaries.get(saga_id)
+        if summary is None:
+            return None
+        return SagaView(
+            saga_id, status=summary[0], outcome=summary[0], ended=summary[1], forgotten=True
+        )
+
+    def sagas(self) -> Iterator[SagaView]:
+        """Yield every saga: live ones first, then terminal ones (in first-seen order)."""
+        yield from self._live.values()
+        yield from self.terminal()
+
+    def non_terminal(self) -> list[SagaView]:
+        """Return sagas without ``saga_end`` (running, recovering or rolling back)."""
+        return list(self._live.values())
+
+    def terminal(self) -> Iterator[SagaView]:
+        """Yield terminal sagas (with detail when still held, else ``forgotten`` views)."""
+        yield from self._ended.values()
+        for sid in self._summaries:
+            if sid not in self._ended:
+                view = self.get(sid)
+                assert view is not None
+                yield view
+
+    def is_terminal(self, saga_id: str) -> bool:
+        """Return True when ``saga_id`` has a ``saga_end`` record.
+
+        Args:
+            saga_id: The saga's id.
+
+        Returns:
+            Whether the saga is provably terminal.
+        """
+        return saga_id in self._ended or saga_id in self._summaries
+
+    def escalations(self) -> list[EscalationView]:
+        """Return every escalation still held (all of them unless detail was dropped)."""
+        return list(self._escalations.values())
+
+    def open_escalations(self) -> list[EscalationView]:
+        """Return escalations without an ``escalation_resolved`` record, oldest first."""
+        return [e for e in self._escalations.values() if not e.resolved]
+
+    def unwind_order(self, saga_id: str, *, include_escalated: bool = False) -> list[StepView]:
+        """Return the steps of a saga that still need undoing, newest first.
+
+        A step needs undoing when it committed, failed with outcome ``unknown``, or
+        has a dangling intent, and was neither compensated nor (unless
+        ``include_escalated``) escalated. Steps are ordered by the offset of the
+        latest such record, newest first: the reverse of the order they finished.
+
+        Args:
+            saga_id: The saga's id.
+            include_escalated: Also return escalated steps (for display).
+
+        Returns:
+            The steps, or an empty list for unknown or forgotten sagas.
+        """
+        v = self._live.get(saga_id) or self._ended.get(saga_id)
+        if v is None:
+            return []
+        wanted = _NEEDS_UNDO | ({"escalated"} if include_escalated else frozenset())
+        todo = [
+            (key, s)
+            for s in v.steps.values()
+            if s.state in wanted and (key := s.unwind_offset) is not None
+        ]
+        todo.sort(key=lambda pair: pair[0], reverse=True)
+        return [s for _, s in todo]
+
+
+_APPLY: Final = {
+    r.SAGA_BEGIN: SagaFold._begin,
+    r.GATE: SagaFold._gate,
+    r.INTENT: SagaFold._intent,
+    r.COMMITTED: SagaFold._committed,
+    r.FORWARD_FAILED: SagaFold._forward_failed,
+    r.COMPENSATING: SagaFold._undo,
+    r.COMPENSATED: SagaFold._undo,
+    r.COMPENSATION_FAILED: SagaFold._undo,
+    r.ESCALATED: SagaFold._escalated,
+    r.CLAIM: SagaFold._claim,
+    r.SAGA_END: SagaFold._end,
+}
+assert set(_APPLY) | {r.ESCALATION_RESOLVED} == r.RECORD_TYPES
+
+
+def fold_file(
+    path: str | os.PathLike[str],
+    decryptor: Decryptor | None = None,
+    *,
+    forget_terminal: bool = False,
+) -> tuple[SagaFold, list[Damage]]:
+    """Stream a WAL file through a new :class:`SagaFold`.
+
+    Args:
+        path: The WAL file (a missing file reads as empty).
+        decryptor: Passed to the reader for encrypted logs.
+        forget_terminal: See :class:`SagaFold`.
+
+    Returns:
+        The fold and the damage reports met on the way.
+
+    Raises:
+        WALKeyMissing: The log is encrypted and no decryptor was given.
+        WALAuthenticationFailed: A record failed authentication.
+    """
+    from .reader import scan
+
+    fold = SagaFold(forget_terminal=forget_terminal)
+    fold.feed(scan(path, decryptor=decryptor))
+    return fold, fold.damages

@@ -1,0 +1,746 @@
+"""The WAL writer: bounded queue, group commit, multi-process appends, fencing.
+
+One :class:`WALWriter` per (process, WAL path), shared through :func:`open_writer`.
+Callers encode their record in their own thread and enqueue it; one flusher thread
+takes everything queued, writes it with one ``write`` on an ``O_APPEND`` descriptor
+while holding the cross-process lock, releases the lock, fsyncs once, and releases
+every waiter of that batch together (``docs/log-format.md`` §3-§6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._crash import crashpoint
+from ..errors import LeaseLost, SagaUsageError, WALFull, WALWriteFailed
+from .format import Encryptor, encode_record
+from .lease import LeaseTable, OwnLease, ProcessLock
+from .reader import Damage, Record, scan
+
+__all__ = [
+    "Backpressure",
+    "ExclusiveHandle",
+    "WALWriter",
+    "WriterIO",
+    "WriterStats",
+    "open_writer",
+]
+
+Backpressure = Literal["raise", "block"]
+
+
+def _set_event() -> threading.Event:
+    e = threading.Event()
+    e.set()
+    return e
+
+
+@dataclass(slots=True)
+class WriterIO:
+    """The writer's I/O seam, so tests can fail or stall I/O without monkeypatching.
+
+    Attributes:
+        write: ``os.write``-like; may write fewer bytes than given.
+        fsync: ``os.fsync``-like.
+        renewals: While cleared, the lease renewal thread skips its renewals (tests
+            use it to simulate a stalled process).
+    """
+
+    write: Callable[[int, memoryview], int] = os.write
+    fsync: Callable[[int], None] = os.fsync
+    renewals: threading.Event = field(default_factory=_set_event)
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """Counters of one writer (read them; never write them).
+
+    Attributes:
+        records_written: Records written and fsynced.
+        batches: Successful batches (one write + one fsync each).
+        fsyncs: Successful fsyncs.
+        bytes_written: Bytes written in successful batches.
+        failed_batches: Batches whose write or fsync failed, or that were fenced.
+    """
+
+    records_written: int = 0
+    batches: int = 0
+    fsyncs: int = 0
+    bytes_written: int = 0
+    failed_batches: int = 0
+
+
+class _Batch:
+    """Everything submitted between two flushes, and whoever waits for it."""
+
+    __slots__ = ("done", "error", "event", "loops", "unwaited")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.error: BaseException | None = None
+        self.done = False
+        # True when some record of the batch was only submitted: nobody waits for it,
+        # so a failure must be reported by the next flush() instead.
+        self.unwaited = False
+        # loop -> futures of that loop: resolved with ONE call_soon_threadsafe per loop.
+        self.loops: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] | None = None
+
+
+def _fresh(err: BaseException, path: str) -> BaseException:
+    """A new exception per waiter: one shared instance would accumulate tracebacks."""
+    if isinstance(err, LeaseLost):
+        return LeaseLost(str(err))
+    return WALWriteFailed(str(err), path=path)
+
+
+def _resolve(futs: list[asyncio.Future[None]], err: BaseException | None, path: str) -> None:
+    if err is None:
+        for f in futs:
+            if not f.done():
+                f.set_result(None)
+    else:
+        for f in futs:
+            if not f.done():
+                f.set_exception(_fresh(err, path))
+
+
+class WALWriter:
+    """Appends records to one WAL with group commit. Use :func:`open_writer`.
+
+    Args:
+        path: The WAL file (created if missing).
+        encryptor: Seals every record; default: the ``AGENT_SAGA_WAL_KEY`` key if set.
+        lease_seconds: Lease duration; renewed every third of it by a daemon thread.
+        queue_limit: Most records waiting to be written before backpressure applies.
+        backpressure: ``"raise"`` (``WALFull`` at once) or ``"block"`` (wait up to
+            ``block_timeout`` seconds, then ``WALFull``). Nothing is ever dropped.
+        block_timeout: Seconds ``"block"`` waits for room.
+        _io: Test seam for write/fsync/renewal.
+
+    Raises:
+        SagaUsageError: an argument is invalid.
+        OSError: the WAL or its sidecar directory cannot be created.
+
+    Attributes:
+        path: Absolute WAL path.
+        owner: Random id of this writer (uuid4 hex), the key of its lease.
+        stats: Counters (``fsyncs`` < records proves group commit).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        encryptor: Encryptor | None = None,
+        lease_seconds: float = 30.0,
+        queue_limit: int = 65536,
+        backpressure: Backpressure = "raise",
+        block_timeout: float = 5.0,
+        _io: WriterIO | None = None,
+    ) -> None:
+        if backpressure not in ("raise", "block"):
+            raise SagaUsageError(f"backpressure must be 'raise' or 'block', not {backpressure!r}")
+        if queue_limit < 1 or lease_seconds <= 0 or block_timeout < 0:
+            raise SagaUsageError("queue_limit >= 1, lease_seconds > 0, block_timeout >= 0")
+        if encryptor is None:
+            from .encryption import encryptor_from_env
+
+            encryptor = encryptor_from_env()
+        self.path = os.path.abspath(os.fspath(path))
+        self.owner = uuid.uuid4().hex
+        self.stats = WriterStats()
+        self._encryptor = encryptor
+        self._io = _io or WriterIO()
+        self._limit = queue_limit
+        self._block = backpressure == "block"
+        self._block_timeout = block_timeout
+        self._lease_seconds = lease_seconds
+        # Safety margin: the writer stops trusting its lease this long before other
+        # processes may consider it expired (covers scheduling delay and small clock skew).
+        self._margin = lease_seconds / 5
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # flusher waits for work
+        self._room = threading.Condition(self._lock)  # BLOCK submitters wait for room
+        self._pending: list[bytes] = []
+        self._current = _Batch()
+        self._inflight: _Batch | None = None
+        self._flusher_idle = False
+        self._blocked = 0
+        self._closing = False
+        self._closed = False
+        self._fenced = False
+        self._defunct = False  # set in a forked child: this object belongs to the parent
+        self._unreported: BaseException | None = None
+        self._exclusive_thread: int | None = None
+
+        self._plock = ProcessLock(self.path)
+        self._io_lock = threading.Lock()  # guards self._fd between flusher and exclusive()
+        self._lease = OwnLease(self.path, self.owner, lease_seconds)
+        with self._plock:
+            start = time.monotonic()
+            self._lease.write_live()  # before any record: no lease file = dead owner
+            self._deadline = start + lease_seconds - self._margin
+        self._fd = self._open()
+
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(
+            target=self._run_flusher, name=f"agent-saga-wal-flusher-{self.owner[:8]}", daemon=True
+        )
+        self._renewer = threading.Thread(
+            target=self._run_renewer, name=f"agent-saga-wal-lease-{self.owner[:8]}", daemon=True
+        )
+        self._flusher.start()
+        self._renewer.start()
+        _all_writers.add(self)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def fenced(self) -> bool:
+        """True once this writer lost its lease; it then writes nothing, for good."""
+        return self._fenced
+
+    def check_fence(self) -> None:
+        """Raise if this writer is fenced (cheap: one attribute read).
+
+        Raises:
+            LeaseLost: the lease was revoked; a recovery daemon owns the sagas now.
+        """
+        if self._fenced:
+            raise self._lease_lost()
+
+    def submit(self, record: Mapping[str, Any]) -> None:
+        """Enqueue a record without waiting; it is written, in order, with the next batch.
+
+        Args:
+            record: A JSON-serialisable mapping with a string ``type``.
+
+        Raises:
+            WALFull: the queue is full (``raise`` policy, or ``block`` timed out).
+            LeaseLost: this writer is fenced.
+            SagaUsageError: the writer is closed, or the record cannot be encoded.
+        """
+        self._enqueue(encode_record(record, self._encryptor), None, None, waited=False)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Submit a record and block until it (and all before it) is durable.
+
+        Args:
+            record: A JSON-serialisable mapping with a string ``type``.
+
+        Raises:
+            WALWriteFailed: its batch's write or fsync failed; the record is not durable.
+            LeaseLost: this writer is fenced; nothing of the batch was written.
+            WALFull: as for :meth:`submit`.
+            SagaUsageError: as for :meth:`submit`, or called inside ``exclusive()``.
+        """
+        self._not_in_exclusive()
+        batch = self._enqueue(encode_record(record, self._encryptor), None, None)
+        batch.event.wait()
+        if batch.error is not None:
+            raise _fresh(batch.error, self.path) from batch.error.__cause__
+
+    async def append_async(self, record: Mapping[str, Any]) -> None:
+        """Like :meth:`append`, but awaits without blocking the event loop.
+
+        Args:
+            record: A JSON-serialisable mapping with a string ``type``.
+
+        Raises:
+            WALWriteFailed: as for :meth:`append`.
+            LeaseLost: as for :meth:`append`.
+            WALFull: as for :meth:`submit` (``block`` waits in a worker thread).
+            SagaUsageError: as for :meth:`submit`.
+        """
+        self._not_in_exclusive()
+        data = encode_record(record, self._encryptor)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        try:
+            self._enqueue(data, fut, loop, block=False)
+        except WALFull:
+            if not self._block:
+                raise
+            # Never block the loop thread: wait for room in a worker thread.
+            await loop.run_in_executor(None, self._enqueue, data, fut, loop)
+        await fut
+
+    def flush(self) -> None:
+        """Block until everything submitted so far is durable.
+
+        Raises:
+            WALWriteFailed: a batch holding records that were only submitted (nobody
+                waited for them) failed since the last flush.
+            LeaseLost: this writer was fenced.
+            SagaUsageError: called inside ``exclusive()`` from the same thread.
+        """
+        self._not_in_exclusive()
+        batch = self._flush_target()
+        if batch is not None:
+            batch.event.wait()
+        self._raise_unreported()
+
+    async def flush_async(self) -> None:
+        """Like :meth:`flush`, but awaits without blocking the event loop.
+
+        Raises:
+            WALWriteFailed: as for :meth:`flush`.
+            LeaseLost: as for :meth:`flush`.
+            SagaUsageError: as for :meth:`flush`.
+        """
+        self._not_in_exclusive()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            batch = self._current if self._pending else self._inflight
+            if batch is not None and not batch.done:
+                self._add_waiter(batch, fut, loop)
+            else:
+                fut.set_result(None)
+        with contextlib.suppress(WALWriteFailed, LeaseLost):
+            await fut  # the batch error is reported below, once
+        self._raise_unreported()
+
+    def close(self) -> None:
+        """Flush, stop the threads, mark the lease released. Idempotent.
+
+        Raises:
+            WALWriteFailed: a batch of only-submitted records failed since the last flush.
+            LeaseLost: only-submitted records were refused because the writer is fenced.
+        """
+        if self._defunct:
+            self._closed = True
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = self._closing = True
+            self._cond.notify_all()
+            self._room.notify_all()
+        if threading.current_thread() is not self._flusher:
+            self._flusher.join()
+        self._stop.set()
+        self._renewer.join()
+        with self._plock:
+            if not self._fenced:
+                with contextlib.suppress(OSError):
+                    self._lease.release()
+        with self._io_lock, contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._plock.close()
+        _forget(self)
+        self._raise_unreported()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[ExclusiveHandle]:
+        """Flush, then hold the cross-process append lock (recovery, compaction).
+
+        While inside, other processes and this process's flusher cannot append; use
+        the handle's ``append_locked``, not :meth:`append`.
+
+        Yields:
+            A handle to read what others appended, append directly, and revoke leases.
+
+        Raises:
+            WALWriteFailed: flushing this writer's queue failed.
+            LeaseLost: this writer is fenced.
+        """
+        self.flush()
+        self._plock.acquire()
+        self._exclusive_thread = threading.get_ident()
+        handle = ExclusiveHandle(self)
+        try:
+            yield handle
+        finally:
+            handle._open = False
+            self._exclusive_thread = None
+            self._plock.release()
+
+    # ------------------------------------------------------------------ enqueue side
+
+    def _enqueue(
+        self,
+        data: bytes,
+        fut: asyncio.Future[None] | None,
+        loop: asyncio.AbstractEventLoop | None,
+        block: bool = True,
+        waited: bool = True,
+    ) -> _Batch:
+        if self._defunct:
+            raise SagaUsageError(
+                "this WAL writer belongs to the parent process; call open_writer() in the child"
+            )
+        with self._lock:
+            if self._closing or self._fenced:
+                self._raise_unusable()
+            if len(self._pending) >= self._limit:
+                self._wait_for_room(block)
+            self._pending.append(data)
+            batch = self._current
+            if not waited:
+                batch.unwaited = True
+            if fut is not None and loop is not None:
+                self._add_waiter(batch, fut, loop)
+            if self._flusher_idle:
+                self._flusher_idle = False
+                self._cond.notify()
+            return batch
+
+    def _add_waiter(
+        self, batch: _Batch, fut: asyncio.Future[None], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        loops = batch.loops
+        if loops is None:
+            batch.loops = {loop: [fut]}
+        else:
+            lst = loops.get(loop)
+            if lst is None:
+                loops[loop] = [fut]
+            else:
+                lst.append(fut)
+
+    def _wait_for_room(self, block: bool) -> None:
+        # Called holding self._lock.
+        if not (self._block and block):
+            raise WALFull(
+                f"WAL queue is full ({self._limit} records waiting); nothing was dropped: "
+                "retry, raise queue_limit, or use backpressure='block'",
+                path=self.path,
+            )
+        deadline = time.monotonic() + self._block_timeout
+        self._blocked += 1
+        try:
+            while len(self._pending) >= self._limit:
+                if self._closing or self._fenced:
+                    self._raise_unusable()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._room.wait(remaining):
+                    if len(self._pending) < self._limit:
+                        break
+                    raise WALFull(
+                        f"WAL queue stayed full for {self._block_timeout}s; nothing was dropped",
+                        path=self.path,
+                    )
+        finally:
+            self._blocked -= 1
+
+    def _raise_unusable(self) -> None:
+        if self._fenced:
+            raise self._lease_lost()
+        raise SagaUsageError(f"WAL writer for {self.path} is closed")
+
+    def _lease_lost(self) -> LeaseLost:
+        return LeaseLost(
+            f"WAL writer {self.owner} lost its lease on {self.path}: a recovery daemon "
+            "owns its sagas now; stop and record nothing more"
+        )
+
+    def _flush_target(self) -> _Batch | None:
+        with self._lock:
+            if self._pending:
+                return self._current
+            return self._inflight
+
+    def _raise_unreported(self) -> None:
+        with self._lock:
+            err, self._unreported = self._unreported, None
+        if err is not None:
+            raise _fresh(err, self.path) from err.__cause__
+
+    def _not_in_exclusive(self) -> None:
+        if self._exclusive_thread == threading.get_ident():
+            raise SagaUsageError(
+                "append/flush inside WALWriter.exclusive() would deadlock; use append_locked"
+            )
+
+    # ------------------------------------------------------------------ flusher side
+
+    def _run_flusher(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending:
+                    if self._closing:
+                        return
+                    self._flusher_idle = True
+                    self._cond.wait()
+                self._flusher_idle = False
+                frames, batch = self._pending, self._current
+                self._pending, self._current = [], _Batch()
+                self._inflight = batch
+                if self._blocked:
+                    self._room.notify_all()
+            batch.error = self._write_batch(frames)
+            self._complete(batch)
+
+    def _write_batch(self, frames: list[bytes]) -> BaseException | None:
+        data = b"".join(frames)
+        try:
+            self._plock.acquire()
+            locked = True
+            self._io_lock.acquire()
+            try:
+                self._ensure_lease_locked()
+                self._reopen_if_replaced()
+                crashpoint("wal.before_write")
+                self._write_all(data)
+                crashpoint("wal.after_write")
+                # Other processes may append while we fsync: fsync covers our bytes either way.
+                self._plock.release()
+                locked = False
+                self._io.fsync(self._fd)
+                crashpoint("wal.after_fsync")
+                self.stats.fsyncs += 1
+                self.stats.batches += 1
+                self.stats.records_written += len(frames)
+                self.stats.bytes_written += len(data)
+            finally:
+                self._io_lock.release()
+                if locked:
+                    self._plock.release()
+        except LeaseLost as exc:
+            self.stats.failed_batches += 1
+            return exc
+        except Exception as exc:  # OSError, or anything a custom seam raises
+            self.stats.failed_batches += 1
+            err = WALWriteFailed(
+                f"writing {len(frames)} record(s) to {self.path} failed ({exc!r}); "
+                "they are not durable",
+                path=self.path,
+            )
+            err.__cause__ = exc
+            return err
+        return None
+
+    def _complete(self, batch: _Batch) -> None:
+        with self._lock:
+            batch.done = True
+            loops = batch.loops
+            if self._inflight is batch:
+                self._inflight = None
+            if batch.error is not None and batch.unwaited:
+                self._unreported = batch.error
+        batch.event.set()
+        if loops:
+            for loop, futs in loops.items():
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    loop.call_soon_threadsafe(_resolve, futs, batch.error, self.path)
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = self._io.write(self._fd, view)
+            if n <= 0:
+                raise OSError(f"write returned {n}")
+            view = view[n:]
+
+    def _open(self) -> int:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return os.open(self.path, flags)
+        # A new file: make its directory entry durable too.
+        dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return fd
+
+    def _reopen_if_replaced(self) -> None:
+        # Called holding the process lock: compaction replaces the file only under it.
+        try:
+            same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            old = self._fd
+            self._fd = self._open()
+            os.close(old)
+
+    def _ensure_lease_locked(self) -> None:
+        # Called holding the process lock, before every write.
+        if self._fenced:
+            raise self._lease_lost()
+        if time.monotonic() > self._deadline and not self._renew_locked():
+            raise self._lease_lost()
+
+    def _renew_locked(self) -> bool:
+        start = time.monotonic()
+        if not self._lease.renew():
+            self._fenced = True
+            with self._lock:
+                self._room.notify_all()
+            return False
+        self._deadline = start + self._lease_seconds - self._margin
+        return True
+
+    def _run_renewer(self) -> None:
+        interval = self._lease_seconds / 3
+        while not self._stop.wait(interval):
+            if not self._io.renewals.is_set():
+                continue
+            with self._plock:
+                if self._stop.is_set():
+                    return
+                try:
+                    if not self._renew_locked():
+                        return
+                except OSError:
+                    pass  # transient: the flusher renews before writing once the deadline passes
+
+
+class ExclusiveHandle:
+    """What ``WALWriter.exclusive()`` yields: the log, under the append lock.
+
+    Args:
+        writer: The writer whose lock is held (built by ``exclusive()`` only).
+
+    Attributes:
+        leases: A lease table on which ``revoke`` works (the lock is held).
+    """
+
+    def __init__(self, writer: WALWriter) -> None:
+        self._w = writer
+        self._open = True
+        self.leases = LeaseTable(writer.path, _lock_held=True)
+
+    def read_from(self, offset: int) -> Iterator[Record | Damage]:
+        """Scan the log from ``offset`` (a previous ``Record.end``).
+
+        Args:
+            offset: Where to start.
+
+        Returns:
+            An iterator of records and damages, as :func:`reader.scan`.
+        """
+        return scan(self._w.path, start=offset, decryptor=self._w._encryptor)
+
+    def size(self) -> int:
+        """Return the current size of the log in bytes (where the next append lands)."""
+        try:
+            return os.stat(self._w.path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def append_locked(self, records: list[Mapping[str, Any]]) -> None:
+        """Write and fsync ``records`` now, as one batch, while holding the lock.
+
+        Args:
+            records: The records, in order.
+
+        Raises:
+            WALWriteFailed: write or fsync failed; none of them is acknowledged.
+            LeaseLost: this writer is fenced; nothing was written.
+            SagaUsageError: used after the ``exclusive()`` block ended.
+        """
+        if not self._open:
+            raise SagaUsageError("append_locked used outside its exclusive() block")
+        w = self._w
+        frames = [encode_record(r, w._encryptor) for r in records]
+        data = b"".join(frames)
+        with w._io_lock:
+            w._ensure_lease_locked()
+            try:
+                w._reopen_if_replaced()
+                w._write_all(data)
+                w._io.fsync(w._fd)
+            except Exception as exc:
+                w.stats.failed_batches += 1
+                raise WALWriteFailed(
+                    f"writing {len(frames)} record(s) to {w.path} failed ({exc!r})", path=w.path
+                ) from exc
+            w.stats.fsyncs += 1
+            w.stats.batches += 1
+            w.stats.records_written += len(frames)
+            w.stats.bytes_written += len(data)
+
+
+# ---------------------------------------------------------------------- registry
+
+_registry: dict[str, WALWriter] = {}
+_registry_lock = threading.Lock()
+_all_writers: weakref.WeakSet[WALWriter] = weakref.WeakSet()
+
+
+def open_writer(
+    path: str | os.PathLike[str],
+    *,
+    encryptor: Encryptor | None = None,
+    lease_seconds: float = 30.0,
+    queue_limit: int = 65536,
+    backpressure: Backpressure = "raise",
+    block_timeout: float = 5.0,
+) -> WALWriter:
+    """Return this process's writer for ``path``, creating it on first use.
+
+    The options apply only when the writer is created; later calls return the
+    existing instance as is.
+
+    Args:
+        path: The WAL file.
+        encryptor: See :class:`WALWriter`.
+        lease_seconds: See :class:`WALWriter`.
+        queue_limit: See :class:`WALWriter`.
+        backpressure: See :class:`WALWriter`.
+        block_timeout: See :class:`WALWriter`.
+
+    Returns:
+        The shared writer.
+
+    Raises:
+        SagaUsageError: an argument is invalid.
+        OSError: the WAL cannot be created.
+    """
+    key = os.path.realpath(path)
+    with _registry_lock:
+        w = _registry.get(key)
+        if w is None or w._closed:
+            w = WALWriter(
+                key,
+                encryptor=encryptor,
+                lease_seconds=lease_seconds,
+                queue_limit=queue_limit,
+                backpressure=backpressure,
+                block_timeout=block_timeout,
+            )
+            _registry[key] = w
+        return w
+
+
+def _forget(writer: WALWriter) -> None:
+    with _registry_lock:
+        for k, v in list(_registry.items()):
+            if v is writer:
+                del _registry[k]
+
+
+def _after_fork_in_child() -> None:
+    # The child has none of the parent's threads; its writers must never be used
+    # (their locks may be held by a thread that no longer exists).
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for w in list(_all_writers):
+        w._defunct = True
+    _registry.clear()
+
+
+def _close_all_at_exit() -> None:
+    for w in list(_all_writers):
+        with contextlib.suppress(Exception):
+            w.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)

@@ -1,0 +1,352 @@
+"""Writer: group commit, failure reporting, backpressure, exclusive access, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from agent_saga.errors import SagaUsageError, WALFull, WALWriteFailed
+from agent_saga.wal import Damage, LeaseTable, Record, WALWriter, WriterIO, open_writer, scan
+
+from ._util import rec, wait_until
+
+
+def _records(path: str | Path) -> list[dict[str, object]]:
+    items = list(scan(path))
+    assert not [i for i in items if isinstance(i, Damage)]
+    return [i.data for i in items if isinstance(i, Record)]
+
+
+class GatedIO(WriterIO):
+    """An I/O seam whose write can be held shut and whose fsync can be made to fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.in_write = threading.Event()
+        self.fail_fsync_calls: set[int] = set()
+        self.fail_write_calls: set[int] = set()
+        self.fsync_calls = 0
+        self.write_calls = 0
+        self.write = self._write
+        self.fsync = self._fsync
+
+    def _write(self, fd: int, data: memoryview) -> int:
+        self.write_calls += 1
+        self.in_write.set()
+        assert self.gate.wait(30)
+        if self.write_calls in self.fail_write_calls:
+            raise OSError(28, "No space left on device")
+        return os.write(fd, data[:7])  # short writes on purpose: the writer must loop
+
+    def _fsync(self, fd: int) -> None:
+        self.fsync_calls += 1
+        if self.fsync_calls in self.fail_fsync_calls:
+            raise OSError(5, "Input/output error")
+        os.fsync(fd)
+
+
+@pytest.fixture
+def wal(tmp_path: Path) -> str:
+    return str(tmp_path / "w.wal")
+
+
+def test_append_is_durable_and_readable(wal: str) -> None:
+    w = WALWriter(wal)
+    try:
+        for i in range(5):
+            w.append(rec(i))
+        assert _records(wal) == [rec(i) for i in range(5)]
+        assert w.stats.records_written == 5
+        assert w.stats.fsyncs == 5
+    finally:
+        w.close()
+
+
+def test_submit_then_flush_keeps_order(wal: str) -> None:
+    w = WALWriter(wal)
+    for i in range(300):
+        w.submit(rec(i))
+    w.flush()
+    assert _records(wal) == [rec(i) for i in range(300)]
+    assert w.stats.fsyncs < 300
+    w.close()
+
+
+def test_group_commit_deterministic(wal: str) -> None:
+    io = GatedIO()
+    w = WALWriter(wal, _io=io)
+    io.gate.clear()
+    first = threading.Thread(target=w.append, args=(rec(0),))
+    first.start()
+    assert io.in_write.wait(10)
+    threads = [threading.Thread(target=w.append, args=(rec(i),)) for i in range(1, 21)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(w._pending) == 20, what="20 queued records")
+    io.gate.set()
+    for t in [first, *threads]:
+        t.join()
+    assert w.stats.fsyncs == 2  # one for the first record, one for the 20 behind it
+    assert w.stats.records_written == 21
+    w.close()
+    assert sorted(r["step"] for r in _records(wal)) == list(range(21))  # type: ignore[type-var]
+
+
+def test_many_threads_share_fsyncs(wal: str) -> None:
+    w = WALWriter(wal)
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(40):
+                w.append(rec(i, saga=f"t{t}"))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    got = _records(wal)
+    assert len(got) == 32 * 40
+    for n in range(32):
+        assert [r["step"] for r in got if r["saga"] == f"t{n}"] == list(range(40))
+    assert w.stats.fsyncs < len(got)
+    w.close()
+
+
+async def test_256_async_tasks_share_fsyncs(wal: str) -> None:
+    w = WALWriter(wal)
+
+    async def saga(t: int) -> None:
+        for i in range(20):
+            await w.append_async(rec(i, saga=f"a{t}"))
+
+    await asyncio.gather(*(saga(t) for t in range(256)))
+    await w.flush_async()
+    got = _records(wal)
+    assert len(got) == 256 * 20
+    for t in (0, 100, 255):
+        assert [r["step"] for r in got if r["saga"] == f"a{t}"] == list(range(20))
+    assert w.stats.fsyncs < len(got)
+    w.close()
+
+
+def test_fsync_failure_fails_every_waiter_of_the_batch(wal: str) -> None:
+    io = GatedIO()
+    w = WALWriter(wal, _io=io)
+    io.fail_fsync_calls = {2}
+    io.gate.clear()
+    first = threading.Thread(target=w.append, args=(rec(0),))
+    first.start()
+    assert io.in_write.wait(10)
+    outcomes: dict[int, BaseException | None] = {}
+
+    def waiter(i: int) -> None:
+        try:
+            w.append(rec(i))
+            outcomes[i] = None
+        except BaseException as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=waiter, args=(i,)) for i in range(1, 11)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(w._pending) == 10, what="10 queued records")
+    io.gate.set()
+    for t in [first, *threads]:
+        t.join()
+    assert len(outcomes) == 10
+    assert all(isinstance(e, WALWriteFailed) for e in outcomes.values()), outcomes
+    assert len({id(e) for e in outcomes.values()}) == 10  # one fresh error per waiter
+    assert w.stats.failed_batches == 1
+    # The disk "recovered": the next batch works.
+    w.append(rec(99))
+    assert _records(wal)[-1] == rec(99)
+    w.close()
+
+
+def test_failed_submit_only_batch_is_reported_by_flush_once(wal: str) -> None:
+    io = GatedIO()
+    io.fail_write_calls = {1}
+    w = WALWriter(wal, _io=io)
+    w.submit(rec(0))
+    with pytest.raises(WALWriteFailed):
+        w.flush()
+    w.flush()  # reported once
+    w.append(rec(1))
+    assert _records(wal) == [rec(1)]
+    w.close()
+
+
+async def test_fsync_failure_reaches_every_async_waiter(wal: str) -> None:
+    io = GatedIO()
+    io.fail_fsync_calls = {2}
+    w = WALWriter(wal, _io=io)
+    io.gate.clear()
+    w.submit(rec(0))
+    assert io.in_write.wait(10)
+    tasks = [asyncio.ensure_future(w.append_async(rec(i))) for i in range(1, 6)]
+    await asyncio.sleep(0)  # each task runs up to its await: all 5 are queued now
+    assert len(w._pending) == 5
+    io.gate.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, WALWriteFailed) for r in results), results
+    await w.flush_async()  # the waiters were told; flush has nothing more to report
+    await w.append_async(rec(50))
+    assert _records(wal)[-1] == rec(50)
+    w.close()
+
+
+def test_backpressure_raise_loses_nothing(wal: str) -> None:
+    io = GatedIO()
+    w = WALWriter(wal, queue_limit=5, _io=io)
+    io.gate.clear()
+    w.submit(rec(0))
+    assert io.in_write.wait(10)  # record 0 is being written; the queue is empty
+    for i in range(1, 6):
+        w.submit(rec(i))
+    with pytest.raises(WALFull):
+        w.submit(rec(6))
+    io.gate.set()
+    w.flush()
+    assert _records(wal) == [rec(i) for i in range(6)]
+    w.close()
+
+
+def test_backpressure_block_waits_for_room(wal: str) -> None:
+    io = GatedIO()
+    w = WALWriter(wal, queue_limit=2, backpressure="block", block_timeout=30, _io=io)
+    io.gate.clear()
+    w.submit(rec(0))
+    assert io.in_write.wait(10)
+    w.submit(rec(1))
+    w.submit(rec(2))
+    blocked = threading.Thread(target=w.submit, args=(rec(3),))
+    blocked.start()
+    wait_until(lambda: w._blocked == 1, what="a blocked submitter")
+    assert blocked.is_alive()
+    io.gate.set()
+    blocked.join()
+    w.flush()
+    assert _records(wal) == [rec(i) for i in range(4)]
+    w.close()
+
+
+def test_backpressure_block_times_out_with_walfull(wal: str) -> None:
+    io = GatedIO()
+    w = WALWriter(wal, queue_limit=1, backpressure="block", block_timeout=0.05, _io=io)
+    io.gate.clear()
+    w.submit(rec(0))
+    assert io.in_write.wait(10)
+    w.submit(rec(1))
+    with pytest.raises(WALFull):
+        w.submit(rec(2))
+    io.gate.set()
+    w.flush()
+    assert _records(wal) == [rec(0), rec(1)]
+    w.close()
+
+
+async def test_async_block_backpressure_does_not_block_the_loop(wal: str) -> None:
+    io = GatedIO()
+    w = WALWriter(wal, queue_limit=1, backpressure="block", block_timeout=30, _io=io)
+    io.gate.clear()
+    w.submit(rec(0))
+    assert io.in_write.wait(10)
+    w.submit(rec(1))
+    task = asyncio.ensure_future(w.append_async(rec(2)))
+    await asyncio.sleep(0)  # the loop keeps running while the task waits for room
+    assert not task.done()
+    io.gate.set()
+    await task
+    assert _records(wal) == [rec(0), rec(1), rec(2)]
+    w.close()
+
+
+def test_exclusive_reads_others_and_appends_locked(wal: str, tmp_path: Path) -> None:
+    a = WALWriter(wal)
+    b = WALWriter(wal)  # stands for another process
+    a.append(rec(0))
+    b.append(rec(1))
+    with a.exclusive() as h:
+        items = list(h.read_from(0))
+        assert [i.data for i in items if isinstance(i, Record)] == [rec(0), rec(1)]
+        end = items[-1].end  # type: ignore[union-attr]
+        assert h.size() == end
+        h.append_locked([rec(2), rec(3)])
+        assert [i.data for i in h.read_from(end) if isinstance(i, Record)] == [rec(2), rec(3)]
+        assert isinstance(h.leases, LeaseTable)
+        with pytest.raises(SagaUsageError):
+            a.append(rec(9))
+    with pytest.raises(SagaUsageError):
+        h.append_locked([rec(9)])
+    assert [r["step"] for r in _records(wal)] == [0, 1, 2, 3]
+    a.close()
+    b.close()
+
+
+def test_writer_follows_a_replaced_file(wal: str) -> None:
+    w = WALWriter(wal)
+    w.append(rec(0))
+    with w.exclusive():
+        tmp = wal + ".compact"
+        Path(tmp).write_bytes(b"")
+        os.replace(tmp, wal)  # what compaction does, under the lock
+    w.append(rec(1))
+    assert _records(wal) == [rec(1)]
+    w.close()
+
+
+def test_open_writer_shares_one_instance_and_close_is_idempotent(wal: str) -> None:
+    w1 = open_writer(wal)
+    w2 = open_writer(os.path.join(os.path.dirname(wal), ".", os.path.basename(wal)))
+    assert w1 is w2
+    w1.append(rec(0))
+    w1.close()
+    w1.close()
+    assert LeaseTable(wal).is_released(w1.owner)
+    with pytest.raises(SagaUsageError):
+        w1.submit(rec(1))
+    w3 = open_writer(wal)
+    assert w3 is not w1
+    w3.close()
+
+
+def test_invalid_arguments(wal: str) -> None:
+    with pytest.raises(SagaUsageError):
+        WALWriter(wal, backpressure="drop")  # type: ignore[arg-type]
+    with pytest.raises(SagaUsageError):
+        WALWriter(wal, queue_limit=0)
+
+
+@pytest.mark.slow
+def test_forked_child_gets_its_own_writer(wal: str) -> None:
+    parent = open_writer(wal)
+    parent.append(rec(0))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            with pytest.raises(SagaUsageError):
+                parent.submit(rec(1))
+            child = open_writer(wal)
+            if child is not parent and child.owner != parent.owner:
+                child.append(rec(2))
+                child.close()
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    parent.append(rec(3))
+    parent.close()
+    assert [r["step"] for r in _records(wal)] == [0, 2, 3]

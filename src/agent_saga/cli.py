@@ -1,0 +1,301 @@
+"""The ``agent-saga`` command line (also ``python -m agent_saga``).
+
+Subcommands::
+
+    agent-saga runs --wal-path P [--status S] [--json]
+    agent-saga wal verify --wal-path P [--json]
+    agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
+                           [--force] [--json]
+    agent-saga ui ...            (placeholder)
+    agent-saga escalations ...   (placeholder)
+
+Exit codes: 0 success; 1 ``wal verify`` found damage; 2 usage errors and every
+expected error (a ``SagaError``, printed as one line ``agent-saga: error: ...``).
+Values are printed exactly as they were recorded: the log holds credential
+*references*, never credentials, so nothing here needs to redact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, TextIO
+
+from . import _config
+from .errors import SagaError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .wal.state import SagaView, StepView
+
+__all__ = ["main"]
+
+_NOT_YET = "not yet implemented (see issue: {} command pending)"
+
+
+def _ts(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value)) + "Z"
+
+
+def _add_wal_path(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wal-path",
+        default=None,
+        help="the WAL file (default: $AGENT_SAGA_WAL_PATH or ./agent-saga.wal)",
+    )
+
+
+def _wal_path(args: argparse.Namespace) -> str:
+    return str(args.wal_path or _config.default_wal_path())
+
+
+# ---- runs ---------------------------------------------------------------------------
+
+
+def _step_json(s: StepView) -> dict[str, Any]:
+    return {
+        "step": s.step,
+        "tool": s.tool,
+        "semantics": s.semantics,
+        "state": s.state,
+        "attempts": s.attempts,
+        "kwargs": s.kwargs,
+        "idempotency_key": s.idempotency_key,
+        "resolver": s.resolver,
+        "preimage": s.preimage,
+        "handler": s.handler,
+        "compensation_kwargs": s.compensation_kwargs,
+        "token": s.token,
+        "order": s.order,
+        "error": s.error,
+        "escalation": s.escalation,
+    }
+
+
+def _saga_json(v: SagaView) -> dict[str, Any]:
+    claim = v.claim
+    return {
+        "saga": v.saga_id,
+        "name": v.name,
+        "owner": v.owner,
+        "status": v.status,
+        "started": v.started,
+        "ended": v.ended,
+        "outcome": v.outcome,
+        "claim": None
+        if claim is None
+        else {"by": claim.by, "fence": claim.fence, "expires": claim.expires},
+        "escalations": list(v.escalations),
+        "steps": [_step_json(s) for s in sorted(v.steps.values(), key=lambda s: s.step)],
+    }
+
+
+def _steps_summary(v: SagaView) -> str:
+    counts: dict[str, int] = {}
+    for s in v.steps.values():
+        counts[s.state] = counts.get(s.state, 0) + 1
+    if not counts:
+        return "0"
+    detail = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    return f"{len(v.steps)} ({detail})"
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        out.write("\n")
+
+
+def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .wal.state import fold_file
+
+    fold, damages = fold_file(_wal_path(args))
+    views = sorted(fold.sagas(), key=lambda v: (v.started is None, v.started or 0.0, v.saga_id))
+    if args.status:
+        views = [v for v in views if v.status == args.status]
+    if damages:
+        err.write(
+            f"agent-saga: warning: the WAL has {len(damages)} damaged region(s); "
+            "run `agent-saga wal verify`\n"
+        )
+    if args.json:
+        json.dump([_saga_json(v) for v in views], out, indent=2, default=str)
+        out.write("\n")
+        return 0
+    if not views:
+        out.write("no sagas\n")
+        return 0
+    rows = [["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"]]
+    rows += [
+        [v.saga_id, v.name or "-", v.status, _steps_summary(v), _ts(v.started), v.outcome or "-"]
+        for v in views
+    ]
+    _table(rows, out)
+    return 0
+
+
+# ---- wal verify / compact -----------------------------------------------------------
+
+
+def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .wal.reader import verify
+
+    report = verify(_wal_path(args))
+    if args.json:
+        json.dump(
+            {
+                "path": report.path,
+                "size": report.size,
+                "records": report.records,
+                "by_type": report.by_type,
+                "damages": [asdict(d) for d in report.damages],
+                "ok": report.ok,
+            },
+            out,
+            indent=2,
+        )
+        out.write("\n")
+    else:
+        out.write(f"{report.path}: {report.records} records, {report.size} bytes\n")
+        for d in report.damages:
+            out.write(f"damage at offset {d.offset}: {d.length} bytes, {d.kind} ({d.detail})\n")
+        out.write("ok\n" if report.ok else f"{len(report.damages)} damaged region(s)\n")
+    return 0 if report.ok else 1
+
+
+def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .wal.compaction import compact
+
+    archive: bool | str = False if args.no_archive else args.archive
+    report = compact(
+        _wal_path(args),
+        archive=archive,
+        retain_seconds=args.retain_seconds,
+        force=args.force,
+    )
+    if args.json:
+        data = asdict(report)
+        json.dump(data, out, indent=2, default=str)
+        out.write("\n")
+        return 0
+    out.write(
+        f"{report.path}: kept {report.records_kept} records of {report.sagas_kept} sagas "
+        f"({report.tail_records} appended meanwhile), dropped {report.records_dropped} "
+        f"records of {report.sagas_dropped} sagas; {report.bytes_before} -> "
+        f"{report.bytes_after} bytes\n"
+    )
+    if report.archive is not None and report.records_dropped:
+        out.write(f"archived dropped records to {report.archive}\n")
+    for d in report.damages:
+        out.write(f"removed damage at offset {d.offset}: {d.length} bytes, {d.kind}\n")
+    for q in report.quarantined:
+        out.write(f"damaged bytes saved to {q}\n")
+    return 0
+
+
+# ---- placeholders -------------------------------------------------------------------
+
+
+def _not_yet(name: str) -> Callable[[argparse.Namespace, TextIO, TextIO], int]:
+    def handler(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+        err.write(f"agent-saga {name}: {_NOT_YET.format(name)}\n")
+        return 2
+
+    return handler
+
+
+# ---- parser -------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``agent-saga`` argument parser.
+
+    Returns:
+        The parser; each subcommand sets ``handler``.
+    """
+    from .wal.compaction import DEFAULT_RETAIN_SECONDS
+
+    parser = argparse.ArgumentParser(
+        prog="agent-saga", description="Inspect and maintain agent-saga write-ahead logs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    runs = sub.add_parser("runs", help="list sagas and their state")
+    _add_wal_path(runs)
+    runs.add_argument("--status", help="only sagas with this status (e.g. running, committed)")
+    runs.add_argument("--json", action="store_true", help="print one JSON document")
+    runs.set_defaults(handler=_cmd_runs)
+
+    wal = sub.add_parser("wal", help="verify or compact a WAL")
+    wal_sub = wal.add_subparsers(dest="wal_command", required=True, metavar="ACTION")
+
+    verify = wal_sub.add_parser("verify", help="count records and report damage (exit 1)")
+    _add_wal_path(verify)
+    verify.add_argument("--json", action="store_true", help="print one JSON document")
+    verify.set_defaults(handler=_cmd_verify)
+
+    compact = wal_sub.add_parser("compact", help="drop sagas that ended long enough ago")
+    _add_wal_path(compact)
+    compact.add_argument(
+        "--retain-seconds",
+        type=float,
+        default=DEFAULT_RETAIN_SECONDS,
+        help="keep sagas that ended less than this long ago (default: 7 days)",
+    )
+    policy = compact.add_mutually_exclusive_group()
+    policy.add_argument(
+        "--archive",
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="PATH",
+        help="append dropped records to PATH (default: <wal>.archive; this is the default)",
+    )
+    policy.add_argument(
+        "--no-archive", action="store_true", help="drop records without keeping an audit trail"
+    )
+    compact.add_argument(
+        "--force", action="store_true", help="compact despite damage (damaged bytes saved aside)"
+    )
+    compact.add_argument("--json", action="store_true", help="print the report as JSON")
+    compact.set_defaults(handler=_cmd_compact)
+
+    for name, help_text in (("ui", "time-travel debugger"), ("escalations", "human queue")):
+        stub = sub.add_parser(name, help=f"{help_text} (not yet implemented)")
+        stub.set_defaults(handler=_not_yet(name), accepts_anything=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``agent-saga``.
+
+    Args:
+        argv: Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code (0 ok, 1 ``wal verify`` found damage, 2 error).
+    """
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "accepts_anything", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
+        return int(exc.code or 0)
+    handler: Callable[[argparse.Namespace, TextIO, TextIO], int] = args.handler
+    try:
+        return handler(args, sys.stdout, sys.stderr)
+    except SagaError as exc:
+        sys.stderr.write(f"agent-saga: error: {exc}\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"agent-saga: error: {exc.strerror or exc}: {exc.filename or ''}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130

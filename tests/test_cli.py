@@ -194,7 +194,7 @@ def test_archive_and_no_archive_are_exclusive(wal: Path) -> None:
     assert main(["wal", "compact", "--wal-path", str(wal), "--archive", "x", "--no-archive"]) == 2
 
 
-@pytest.mark.parametrize("command", ["ui", "escalations"])
+@pytest.mark.parametrize("command", ["ui"])
 def test_placeholders_exit_2_with_message(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([command, "--wal-path", "x"]) == 2
     assert "not yet implemented" in capsys.readouterr().err

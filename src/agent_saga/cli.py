@@ -6,8 +6,9 @@ Subcommands::
     agent-saga wal verify --wal-path P [--json]
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
                            [--force] [--json]
+    agent-saga escalations --wal-path P [--all] [--json]
+    agent-saga escalations resolve ID --note TEXT [--by WHO] --wal-path P
     agent-saga ui ...            (placeholder)
-    agent-saga escalations ...   (placeholder)
 
 Exit codes: 0 success; 1 ``wal verify`` found damage; 2 usage errors and every
 expected error (a ``SagaError``, printed as one line ``agent-saga: error: ...``).
@@ -199,6 +200,33 @@ def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+# ---- escalations -------------------------------------------------------------------
+
+
+def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .recovery.escalations import list_escalations, resolve_escalation
+
+    if getattr(args, "esc_command", None) == "resolve":
+        found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
+        out.write(f"resolved {found.escalation} (saga {found.saga_id}, step {found.step})\n")
+        return 0
+    items = list_escalations(_wal_path(args), include_resolved=args.all)
+    if args.json:
+        json.dump([asdict(e) for e in items], out, indent=2, default=str)
+        out.write("\n")
+        return 0
+    if not items:
+        out.write("no open escalations\n")
+        return 0
+    rows = [["ESCALATION", "SAGA", "STEP", "RAISED", "STATE", "REASON"]]
+    for e in items:
+        state = f"resolved by {e.resolved_by}" if e.resolved else "open"
+        step = "-" if e.step is None else str(e.step)
+        rows.append([e.escalation, e.saga_id, step, _ts(e.ts), state, e.reason])
+    _table(rows, out)
+    return 0
+
+
 # ---- placeholders -------------------------------------------------------------------
 
 
@@ -266,9 +294,20 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
     compact.set_defaults(handler=_cmd_compact)
 
-    for name, help_text in (("ui", "time-travel debugger"), ("escalations", "human queue")):
-        stub = sub.add_parser(name, help=f"{help_text} (not yet implemented)")
-        stub.set_defaults(handler=_not_yet(name), accepts_anything=True)
+    esc = sub.add_parser("escalations", help="list the human queue, or resolve an item")
+    _add_wal_path(esc)
+    esc.add_argument("--all", action="store_true", help="include resolved escalations")
+    esc.add_argument("--json", action="store_true", help="print one JSON document")
+    esc.set_defaults(handler=_cmd_escalations)
+    esc_sub = esc.add_subparsers(dest="esc_command", metavar="ACTION")
+    resolve = esc_sub.add_parser("resolve", help="record a human's decision on one escalation")
+    resolve.add_argument("id", help="the escalation id (esc-...)")
+    resolve.add_argument("--note", required=True, help="what was done or decided")
+    resolve.add_argument("--by", default=None, help="who decided (default: the OS user)")
+    resolve.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    stub = sub.add_parser("ui", help="time-travel debugger (not yet implemented)")
+    stub.set_defaults(handler=_not_yet("ui"), accepts_anything=True)
     return parser
 
 

@@ -1,0 +1,140 @@
+"""Fixtures for the recovery tests: ledgers, agent child processes, daemons."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parents[1] / "src"
+
+
+@dataclass
+class World:
+    """One test's WAL, ledgers and the environment its child processes get."""
+
+    tmp: Path
+    wal: str
+    env: dict[str, str] = field(default_factory=dict)
+    daemons: list[Any] = field(default_factory=list)
+
+    def ledger(self, name: str) -> list[dict[str, Any]]:
+        path = Path(self.env[name])
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def forward(self) -> list[str]:
+        return [e["item"] for e in self.ledger("FORWARD_LEDGER")]
+
+    def calls(self) -> list[str]:
+        return [e["item"] for e in self.ledger("CALLS_LEDGER")]
+
+    def effects(self) -> list[str]:
+        return [e["item"] for e in self.ledger("EFFECTS_LEDGER")]
+
+    def agent(
+        self, timeout: float = 60, stdin: Any = None, **cfg: Any
+    ) -> subprocess.CompletedProcess[str]:
+        """Run an agent child to completion (or to its SIGKILL)."""
+        cfg.setdefault("wal", self.wal)
+        return subprocess.run(
+            [sys.executable, str(HERE / "agent_child.py"), json.dumps(cfg)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=stdin,
+        )
+
+    def spawn_agent(self, **cfg: Any) -> subprocess.Popen[str]:
+        """Start an agent child that talks over pipes."""
+        cfg.setdefault("wal", self.wal)
+        return subprocess.Popen(
+            [sys.executable, str(HERE / "agent_child.py"), json.dumps(cfg)],
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def recoveryd(
+        self, *args: str, extra_env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the real ``saga-recoveryd`` console script."""
+        exe = Path(sys.executable).with_name("saga-recoveryd")
+        return subprocess.run(
+            [str(exe), "--wal-path", self.wal, "--import", "ledger_handlers", *args],
+            env={**self.env, **(extra_env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def daemon(self, **kw: Any) -> Any:
+        """An in-process RecoveryDaemon collecting its events in ``.events``."""
+        import ledger_handlers
+
+        from agent_saga import register_handler
+        from agent_saga.recovery import RecoveryDaemon
+
+        # The autouse fixture unregisters handlers after each test: register again.
+        register_handler("ledger.undo", ledger_handlers.undo)
+        register_handler("ledger.resolve", ledger_handlers.resolve)
+
+        events: list[dict[str, Any]] = []
+        kw.setdefault("claim_seconds", 5.0)
+        kw.setdefault("compensation_retry", _fast_retry())
+        d = RecoveryDaemon(self.wal, emit=events.append, **kw)
+        d.events = events  # type: ignore[attr-defined]
+        self.daemons.append(d)
+        return d
+
+    def wait_leases_expired(self, timeout: float = 15.0) -> None:
+        """Block until every lease of the WAL has expired (dead owners)."""
+        from agent_saga.wal.lease import LeaseTable
+
+        table = LeaseTable(self.wal)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = [o for o in table.owners() if not table.is_expired(o)]
+            if not live:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"leases still live after {timeout}s: {live}")
+
+    def fold(self) -> Any:
+        from agent_saga.wal.state import fold_file
+
+        fold, _ = fold_file(self.wal)
+        return fold
+
+
+def _fast_retry() -> Any:
+    from agent_saga import RetryPolicy
+
+    return RetryPolicy(attempts=3, initial_delay=0.0, jitter=0.0)
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")])
+    for name in ("FORWARD_LEDGER", "CALLS_LEDGER", "EFFECTS_LEDGER", "UNDO_FAIL_STATE"):
+        env[name] = str(tmp_path / f"{name.lower()}.jsonl")
+        monkeypatch.setenv(name, env[name])
+    env.pop("AGENT_SAGA_WAL_KEY", None)
+    w = World(tmp_path, str(tmp_path / "agent.wal"), env)
+    yield w
+    for d in w.daemons:
+        d.close()

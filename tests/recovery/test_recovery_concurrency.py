@@ -1,0 +1,118 @@
+"""Several daemons, live owners and stalled owners: nothing is ever compensated twice,
+and a live process is never touched."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_four_daemons_started_at_once_compensate_each_step_exactly_once(world):
+    result = world.agent(items=["a", "b", "c"], sagas=6)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    assert len(world.forward()) == 18
+    world.wait_leases_expired()
+
+    exe = os.path.join(os.path.dirname(sys.executable), "saga-recoveryd")
+    daemons = [
+        subprocess.Popen(
+            [exe, "--wal-path", world.wal, "--import", "ledger_handlers", "--once"],
+            env=world.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [d.communicate(timeout=120) for d in daemons]
+    assert [d.returncode for d in daemons] == [0, 0, 0, 0], [o[1] for o in outputs]
+
+    calls = Counter(world.calls())
+    assert len(calls) == 18
+    assert set(calls.values()) == {1}, f"compensations invoked more than once: {calls}"
+    assert world.fold().non_terminal() == []
+    claimed = [
+        json.loads(line)["saga"]
+        for out, _ in outputs
+        for line in out.splitlines()
+        if json.loads(line)["event"] == "claimed"
+    ]
+    assert sorted(claimed) == sorted(set(claimed)), "no saga was claimed twice"
+
+
+def test_a_live_process_is_never_touched_over_several_lease_periods(world):
+    agent = world.spawn_agent(items=["a", "b"], wait_stdin_after=0, lease=0.3)
+    try:
+        assert json.loads(agent.stdout.readline())["saga"]
+        assert agent.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 1.5  # five lease periods
+        skipped = 0
+        while time.monotonic() < deadline:
+            report = world.daemon().run_once()
+            assert report.claimed == 0
+            skipped += report.skipped_live
+            time.sleep(0.1)
+        assert skipped > 0
+        agent.stdin.write("go\n")
+        agent.stdin.flush()
+        assert agent.wait(timeout=30) == 0
+    finally:
+        agent.kill()
+        agent.communicate(timeout=30)
+    assert world.calls() == []
+    assert [s.status for s in world.fold().sagas()] == ["committed"]
+
+
+def test_a_stalled_owner_is_fenced_claimed_and_then_refuses_to_commit(world):
+    agent = world.spawn_agent(items=["a", "b"], wait_stdin_after=0, lease=0.3)
+    try:
+        json.loads(agent.stdout.readline())
+        assert agent.stdout.readline().strip() == "ready"
+        os.kill(agent.pid, signal.SIGSTOP)  # the whole process stalls: loop, threads, all
+        world.wait_leases_expired()
+        report = world.daemon().run_once()
+        assert (report.claimed, report.compensated) == (1, 1)
+        os.kill(agent.pid, signal.SIGCONT)
+        agent.stdin.write("go\n")
+        agent.stdin.flush()
+        out, err = agent.communicate(timeout=30)
+        assert agent.returncode == 3, err
+        assert out.strip() == "fenced"
+    finally:
+        if agent.returncode is None:
+            os.kill(agent.pid, signal.SIGCONT)
+            agent.kill()
+            agent.communicate(timeout=30)
+    assert world.forward() == ["a"], "the fenced agent never started its next step"
+    assert world.calls() == ["a"], "the agent did not compensate what the daemon owns"
+    [saga] = list(world.fold().sagas())
+    assert saga.status == "rolled_back"
+    assert 2 not in saga.steps or saga.steps[2].attempts == 0
+
+
+def test_a_blocked_event_loop_keeps_its_lease_because_renewal_is_a_thread(world, tmp_path):
+    from agent_saga import saga
+
+    import ledger_handlers as H
+
+    async def agent() -> None:
+        async with saga("blocked-loop", wal_path=world.wal, lease_seconds=0.3):
+            await H.do(item="a")
+            time.sleep(1.2)  # blocks the event loop for four lease periods
+            report = world.daemon().run_once()
+            assert report.claimed == 0 and report.skipped_live == 1
+            await H.do(item="b")
+
+    asyncio.run(agent())
+    assert world.calls() == []
+    assert [s.status for s in world.fold().sagas()] == ["committed"]

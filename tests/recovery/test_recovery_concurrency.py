@@ -101,16 +101,17 @@ def test_a_stalled_owner_is_fenced_claimed_and_then_refuses_to_commit(world):
 
 
 def test_a_blocked_event_loop_keeps_its_lease_because_renewal_is_a_thread(world, tmp_path):
-    from agent_saga import saga
-
     import ledger_handlers as H
+
+    from agent_saga import saga
 
     async def agent() -> None:
         async with saga("blocked-loop", wal_path=world.wal, lease_seconds=0.3):
             await H.do(item="a")
-            time.sleep(1.2)  # blocks the event loop for four lease periods
+            time.sleep(1.2)  # noqa: ASYNC251 - blocking the loop for 4 lease periods is the test
             report = world.daemon().run_once()
-            assert report.claimed == 0 and report.skipped_live == 1
+            assert report.claimed == 0
+            assert report.skipped_live == 1
             await H.do(item="b")
 
     asyncio.run(agent())

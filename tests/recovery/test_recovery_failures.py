@@ -117,7 +117,7 @@ def test_truncated_wal_at_many_offsets_never_stops_the_daemon(world):
 def test_corrupt_frame_is_reported_and_affected_sagas_escalated_not_guessed(world):
     _crashed_saga(world)
     frames = _frames(world.wal)
-    offset, end = frames[len(frames) // 2]
+    offset, _ = frames[len(frames) // 2]
     wal = world.tmp / "agent.wal"
     data = bytearray(wal.read_bytes())
     data[offset + 14] ^= 0xFF  # inside the payload: the checksum no longer matches
@@ -126,7 +126,7 @@ def test_corrupt_frame_is_reported_and_affected_sagas_escalated_not_guessed(worl
     d = world.daemon()
     report = d.run_once()
     assert report.damages == 1
-    assert [e for e in d.events if e["event"] == "damage"][0]["offset"] == offset
+    assert next(e for e in d.events if e["event"] == "damage")["offset"] == offset
     assert report.compensated == 0, "no compensation on partial knowledge"
     assert report.escalated >= 1
     assert world.calls() == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._decorators import SagaContext, saga, tool
 from ._registry import register_handler
+from ._runtime import current_saga
 from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
 from .errors import (
     CompensationFailed,
@@ -76,6 +77,7 @@ __all__ = [
     "WALWriteFailed",
     "__version__",
     "assert_no_secrets",
+    "current_saga",
     "deny_all",
     "register_handler",
     "saga",

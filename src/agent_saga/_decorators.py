@@ -337,9 +337,9 @@ class SagaContext:
             return False  # recovery owns the saga now; this process must not touch it
         with sigint_deferred():
             failures = drive_sync(E.rollback_protocol(scope), scope.run)
-        if failures:
+        if failures and isinstance(exc, Exception):
             raise _compensation_failed(scope, failures) from exc
-        return False
+        return False  # cancellation and interrupts stay what they are (failures are escalated)
 
     async def __aenter__(self) -> Scope:
         return self._enter(True)
@@ -358,9 +358,9 @@ class SagaContext:
         if isinstance(exc, LeaseLost):
             return False
         failures = await shielded(drive_async(E.rollback_protocol(scope), scope.run))
-        if failures:
+        if failures and isinstance(exc, Exception):
             raise _compensation_failed(scope, failures) from exc
-        return False
+        return False  # cancellation and interrupts stay what they are (failures are escalated)
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``fn`` so that every call runs as one saga."""
@@ -442,7 +442,10 @@ def saga(
     compensated newest first, each once, and the original exception propagates
     unchanged. If a compensation fails, the others still run, the failed step is
     escalated, and :class:`~agent_saga.errors.CompensationFailed` is raised with the
-    original exception as its ``__cause__``. A ``saga`` nested in another is a
+    original exception as its ``__cause__`` — except for cancellation and interrupts
+    (``CancelledError``, ``KeyboardInterrupt``, ``SystemExit``), which always propagate
+    as themselves so that task cancellation and Ctrl-C keep working; the failed steps
+    are escalated all the same. A ``saga`` nested in another is a
     savepoint: it undoes its own steps on failure; on success its steps join the
     outer saga's unwind list.
 

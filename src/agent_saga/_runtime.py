@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import os
 import signal
 import threading
 import time
@@ -33,6 +34,7 @@ __all__ = [
     "Run",
     "SagaOptions",
     "Scope",
+    "current_saga",
     "current_scope",
     "drive_async",
     "drive_sync",
@@ -233,6 +235,11 @@ class Scope:
         return [(s.id, s.spec.name, s.state.value) for s in self.run.done if s.scope.within(self)]
 
     @property
+    def wal_path(self) -> str:
+        """Absolute path of the WAL this saga writes to (opened only when needed)."""
+        return os.path.abspath(self.run.options.wal_path or _config.default_wal_path())
+
+    @property
     def escalations(self) -> list[str]:
         """Reasons of the escalations this saga raised so far."""
         return list(self.run.escalations)
@@ -251,7 +258,14 @@ class Scope:
 
 
 _current: ContextVar[Scope | None] = ContextVar("agent_saga_scope", default=None)
-current_scope = _current.get
+
+
+def current_saga() -> Scope | None:
+    """Return the innermost active saga (``.id``, ``.name``, ``.wal_path``), or None."""
+    return _current.get()
+
+
+current_scope = current_saga
 
 
 def new_scope(options: SagaOptions, name: str, is_async: bool) -> Scope:

@@ -1,0 +1,32 @@
+"""Connectors to real services, and the credential references they resolve.
+
+This package imports nothing outside the standard library. Each connector
+(``agent_saga.connectors.stripe``, ``.postgres`` ...) is a submodule you import
+explicitly; it imports its vendor package only then and names the extra to install
+when that package is missing.
+
+Credentials reach connectors by reference only::
+
+    from agent_saga.connectors import CredentialRef, set_credential_resolver
+
+    set_credential_resolver(lambda name: os.environ[name.upper()])
+    charge(amount=500, api_key=CredentialRef("stripe_prod"))
+"""
+
+from __future__ import annotations
+
+from ..secrets import CredentialRef
+from ._credentials import (
+    CredentialResolver,
+    get_credential_resolver,
+    resolve_credential,
+    set_credential_resolver,
+)
+
+__all__ = [
+    "CredentialRef",
+    "CredentialResolver",
+    "get_credential_resolver",
+    "resolve_credential",
+    "set_credential_resolver",
+]

@@ -104,7 +104,7 @@ def _stock_snapshot(sku: str, quantity: int) -> Any:
 def reserve_stock(sku: str, quantity: int) -> None:
     """Reserve stock in memory (REVERSIBLE: restored exactly, nothing logged)."""
     STOCK[sku] -= quantity
-    say(f"✔ reserved {quantity} × {sku} (in memory)", 6)
+    say(f"✔ reserved {quantity} x {sku} (in memory)", 6)
 
 
 @tool(semantics=ActionSemantics.IRREVERSIBLE)

@@ -5,8 +5,10 @@ Each decorator picks its sync or async wrapper once, at decoration time.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+from asyncio import current_task
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, overload
@@ -117,11 +119,16 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                     if refusal is not None:
                         await drive_async(E.refusal_protocol(scope, spec, refusal), scope.run)
                 step = E.reversible_begin(scope, spec, args, kwargs)
+                inflight = scope.run.inflight
+                task = current_task()
+                inflight.append(task)
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException:
                     E.reversible_failed(step)
                     raise
+                finally:
+                    inflight.remove(task)
                 return E.reversible_done(step, result)
 
             wrapper: Callable[..., Any] = async_reversible
@@ -131,7 +138,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 scope = current()
                 if scope is None:
                     raise _no_saga(spec)
-                return await drive_async(E.step_protocol(scope, spec, fn, args, kwargs), scope.run)
+                return await _tracked(scope, E.step_protocol(scope, spec, fn, args, kwargs))
 
             wrapper = async_durable
     elif reversible:
@@ -163,7 +170,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 raise _no_saga(spec)
             protocol = E.step_protocol(scope, spec, fn, args, kwargs)
             if scope.is_async and is_async_context(scope):
-                return drive_async(protocol, scope.run)
+                return _tracked(scope, protocol)
             return drive_sync(protocol, scope.run)
 
         wrapper = sync_durable
@@ -171,6 +178,34 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
     functools.update_wrapper(wrapper, fn)
     wrapper.__agent_saga_tool__ = spec  # type: ignore[attr-defined]
     return wrapper
+
+
+async def _tracked(scope: Scope, protocol: Any) -> Any:
+    """Drive a durable step, registered as in flight so a rollback can wait for it."""
+    inflight = scope.run.inflight
+    task = current_task()
+    inflight.append(task)
+    try:
+        return await drive_async(protocol, scope.run)
+    finally:
+        inflight.remove(task)
+
+
+async def _drain_inflight(scope: Scope) -> None:
+    """Cancel and await steps still running in sibling tasks before the saga unwinds.
+
+    ``asyncio.gather`` re-raises the first failure while its other tasks go on; a step
+    finishing after the rollback would never be undone. Like a ``TaskGroup``, the
+    saga cancels them; a cancelled forward call has an unknown outcome and is then
+    resolved or escalated by the rollback like any other.
+    """
+    me = current_task()
+    others = {t for t in scope.run.inflight if t is not me and t is not None and not t.done()}
+    if not others:
+        return
+    for task in others:
+        task.cancel()
+    await asyncio.wait(others)
 
 
 async def _sync_reversible_in_async(
@@ -357,7 +392,7 @@ class SagaContext:
             return False
         if isinstance(exc, LeaseLost):
             return False
-        failures = await shielded(drive_async(E.rollback_protocol(scope), scope.run))
+        failures = await shielded(_unwind(scope))
         if failures and isinstance(exc, Exception):
             raise _compensation_failed(scope, failures) from exc
         return False  # cancellation and interrupts stay what they are (failures are escalated)
@@ -365,6 +400,15 @@ class SagaContext:
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``fn`` so that every call runs as one saga."""
         return _decorate(fn, self._options)
+
+
+async def _unwind(scope: Scope) -> list[tuple[int, str, BaseException]]:
+    if scope.parent is None:
+        await _drain_inflight(scope)
+    result: list[tuple[int, str, BaseException]] = await drive_async(
+        E.rollback_protocol(scope), scope.run
+    )
+    return result
 
 
 def _compensation_failed(
@@ -409,9 +453,10 @@ def _fields(options: SagaOptions) -> dict[str, Any]:
 def saga(fn: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
 def saga(
-    name: str | None = ...,
+    _name: str | None = ...,
     /,
     *,
+    name: str | None = ...,
     wal_path: str | None = ...,
     approver: Approver | None = ...,
     policies: Iterable[Policy] = ...,

@@ -151,6 +151,7 @@ class Step:
         "idempotency_key",
         "kwargs",
         "preimage",
+        "problem",
         "restore",
         "scope",
         "spec",
@@ -171,6 +172,7 @@ class Step:
         self.attempts = 0
         self.unknown_attempts: list[int] = []
         self.idempotency_key = ""
+        self.problem: str | None = None
 
     def __repr__(self) -> str:
         return f"<Step {self.id} {self.spec.name} {self.state.value}>"
@@ -277,26 +279,28 @@ def reversible_done(step: Step, result: Any) -> Any:
         try:
             comp = factory(result)
         except Exception as exc:
-            step.state = StepState.COMMITTED
-            step.scope.run.done.append(step)
-            raise InvalidCompensation(
-                f"compensation factory of {step.spec.name!r} raised {type(exc).__name__}",
-                saga_id=step.scope.run.id,
-                step_id=step.id,
-            ) from exc
+            problem = f"compensation factory of {step.spec.name!r} raised {type(exc).__name__}"
+            _keep_invalid(step, problem)
+            raise InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id) from exc
         if type(comp) is not Compensation and not isinstance(comp, Compensation):
-            step.state = StepState.COMMITTED
-            step.scope.run.done.append(step)
-            raise InvalidCompensation(
+            problem = (
                 f"compensation factory of {step.spec.name!r} returned "
-                f"{type(comp).__name__}, not Compensation",
-                saga_id=step.scope.run.id,
-                step_id=step.id,
+                f"{type(comp).__name__}, not Compensation"
             )
+            _keep_invalid(step, problem)
+            raise InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id)
         step.compensation = comp
     step.state = StepState.COMMITTED
     step.scope.run.done.append(step)
     return result
+
+
+def _keep_invalid(step: Step, problem: str) -> None:
+    # The effect happened but cannot be undone as declared: rollback escalates it.
+    step.problem = problem
+    step.restore = None
+    step.state = StepState.COMMITTED
+    step.scope.run.done.append(step)
 
 
 # --- the durable step protocol ---------------------------------------------------------
@@ -313,12 +317,13 @@ def _gate(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Generator[Comma
             f"COMPENSABLE tool {spec.name!r} declares no compensation; give it "
             "compensate=lambda result: Compensation(...)",
         )
-    if spec.handler is not None and not is_registered(spec.handler):
-        return Decision.deny(
-            "gate",
-            f"handler not registered: {spec.handler!r} (declared by {spec.name!r}); import "
-            "the module that registers it",
-        )
+    for declared in (spec.handler, spec.resolver):
+        if declared is not None and not is_registered(declared):
+            return Decision.deny(
+                "gate",
+                f"handler not registered: {declared!r} (declared by {spec.name!r}); import "
+                "the module that registers it",
+            )
     try:
         assert_no_secrets(step.kwargs, path="kwargs")
     except SecretInKwargs as exc:
@@ -466,12 +471,15 @@ def step_protocol(
     }
     if problem is not None:
         committed["invalid"] = str(problem)
-    yield Append(committed)
-    _crash.crashpoint("step.after_commit")
+        step.problem = str(problem)
+    # The effect happened: the step joins the unwind list *before* the commit record
+    # is written, so a failed or cancelled write still leaves it to be undone.
     if step.state is StepState.UNKNOWN:
         run.done.remove(step)
     step.state = StepState.COMMITTED
     run.done.append(step)
+    yield Append(committed)
+    _crash.crashpoint("step.after_commit")
     if problem is not None:
         raise problem
     return result
@@ -763,6 +771,9 @@ def _undo(
     run: Run, step: Step, policy: RetryPolicy
 ) -> Generator[Command, Any, BaseException | None]:
     """Undo one step; return the error when the saga could not be restored."""
+    if step.problem is not None and step.compensation is None:
+        yield from _escalate(run, step, f"cannot undo {step.spec.name!r}: {step.problem}")
+        return InvalidCompensation(step.problem, saga_id=run.id, step_id=step.id)
     if not step.durable:  # REVERSIBLE: in-process only
         comp = Compensation(fn=step.restore) if step.restore is not None else step.compensation
         if comp is None:
@@ -799,7 +810,18 @@ def _undo(
         )
     outcome, error = yield from undo_compensation(_target(run, step), step.compensation, policy)
     _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) compensation failed")
+    if error is None and step.unknown_attempts and not step.spec.idempotent:
+        yield from _escalate(run, step, _duplicate_risk(step))
+        return _unresolved(run, step)
     return error
+
+
+def _duplicate_risk(step: Step) -> str:
+    return (
+        f"{step.spec.name!r} attempts {step.unknown_attempts} raised with unknown outcome "
+        "before a later attempt succeeded; the effect may have happened more than once "
+        "(declare idempotent=True if the service dedupes by idempotency key)"
+    )
 
 
 def _unresolved(run: Run, step: Step) -> SagaError:
@@ -839,12 +861,5 @@ def settle_protocol(scope: Scope) -> Generator[Command, Any, None]:
             outcome, _ = yield from resolve_unknown(_target(run, step), run.compensation_retry)
             _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) outcome unknown")
         elif step.unknown_attempts and step.durable and not step.spec.idempotent:
-            yield from _escalate(
-                run,
-                step,
-                f"{step.spec.name!r} attempts {step.unknown_attempts} raised with "
-                "unknown outcome before a later attempt succeeded; the effect may have "
-                "happened more than once (declare idempotent=True if the service dedupes "
-                "by idempotency key)",
-            )
+            yield from _escalate(run, step, _duplicate_risk(step))
     yield from run.end_records("escalated" if run.escalations else "committed")

@@ -114,6 +114,7 @@ class Run:
         "done",
         "escalations",
         "id",
+        "inflight",
         "name",
         "options",
         "side_effects",
@@ -127,6 +128,7 @@ class Run:
         self.done: list[Step] = []  # completion order; unwound in reverse
         self.escalations: list[str] = []
         self.side_effects = 0
+        self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a step now
         self._ids = itertools.count(1)
         self._next = 1
         self._log: LogBackend | None = options.log

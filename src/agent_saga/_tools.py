@@ -56,13 +56,20 @@ class ToolSpec:
     wants_idempotency_key: bool = False
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Return the call's arguments by parameter name (defaults not applied)."""
-        if not args or self.signature is None:
-            return dict(kwargs)
+        """Return the call's arguments by parameter name, defaults applied.
+
+        Policies must judge what the call will really use, so defaults count; the
+        idempotency key the engine injects is not an argument of the agent's.
+        """
+        if self.signature is None:
+            return {"args": list(args), **kwargs} if args else dict(kwargs)
         try:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError:
             return {"args": list(args), **kwargs}
+        bound.apply_defaults()
+        if self.wants_idempotency_key and "idempotency_key" not in kwargs:
+            bound.arguments.pop("idempotency_key", None)
         out: dict[str, Any] = {}
         for pname, value in bound.arguments.items():
             kind = self.signature.parameters[pname].kind

@@ -122,8 +122,26 @@ class SecretInKwargs(GateRefused):
         kind: What it looks like (``"Stripe secret key"``, ``"JWT"``, ...).
     """
 
-    def __init__(self, message: str, *, path: str = "", kind: str = "", **kw: object) -> None:
-        super().__init__(message, reason=message, decided_by="secret-scan", **kw)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str = "",
+        kind: str = "",
+        tool: str = "",
+        reason: str = "",
+        decided_by: str = "secret-scan",
+        saga_id: str | None = None,
+        step_id: int | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            tool=tool,
+            reason=reason or message,
+            decided_by=decided_by,
+            saga_id=saga_id,
+            step_id=step_id,
+        )
         self.path = path
         self.kind = kind
 

@@ -39,6 +39,7 @@ __all__ = [
     "TerminalPrompt",
     "as_decision",
     "deny_all",
+    "run_policies",
 ]
 
 
@@ -107,9 +108,16 @@ def as_decision(value: object, *, source: object) -> Decision:
     Anything other than ``True``, ``False`` or a ``Decision`` is a refusal: the gate
     fails closed on a confused approver rather than guessing.
     """
-    if isinstance(value, Decision):
-        return value
     name = _name_of(source)
+    if isinstance(value, Decision):
+        verdict: object = value.approved  # typed bool, but approvers are user code
+        if verdict is True or verdict is False:
+            return value
+        return Decision(
+            False,
+            value.decided_by or name,
+            f"Decision.approved is {type(value.approved).__name__}, not a bool; refused",
+        )
     if value is True:
         return Decision(True, name, "approved")
     if value is False:
@@ -278,8 +286,8 @@ def run_policies(policies: Iterable[Policy], request: ApprovalRequest) -> Decisi
         if verdict is None or verdict is True:
             continue
         if isinstance(verdict, Decision):
-            if not verdict.approved:
-                return verdict
+            if verdict.approved is not True:
+                return as_decision(verdict, source=policy)
             continue
         if isinstance(verdict, str):
             return Decision(False, _name_of(policy), verdict)

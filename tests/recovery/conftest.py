@@ -83,14 +83,7 @@ class World:
 
     def daemon(self, **kw: Any) -> Any:
         """An in-process RecoveryDaemon collecting its events in ``.events``."""
-        import ledger_handlers
-
-        from agent_saga import register_handler
         from agent_saga.recovery import RecoveryDaemon
-
-        # The autouse fixture unregisters handlers after each test: register again.
-        register_handler("ledger.undo", ledger_handlers.undo)
-        register_handler("ledger.resolve", ledger_handlers.resolve)
 
         events: list[dict[str, Any]] = []
         kw.setdefault("claim_seconds", 5.0)
@@ -134,6 +127,13 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         env[name] = str(tmp_path / f"{name.lower()}.jsonl")
         monkeypatch.setenv(name, env[name])
     env.pop("AGENT_SAGA_WAL_KEY", None)
+    # The autouse fixture unregisters handlers after each test: register them anew.
+    import ledger_handlers
+
+    from agent_saga import register_handler
+
+    register_handler("ledger.undo", ledger_handlers.undo)
+    register_handler("ledger.resolve", ledger_handlers.resolve)
     w = World(tmp_path, str(tmp_path / "agent.wal"), env)
     yield w
     for d in w.daemons:

@@ -31,7 +31,7 @@ from .errors import (
     SecretInKwargs,
 )
 from .gate import ApprovalRequest, Decision, as_decision, run_policies
-from .secrets import assert_no_secrets
+from .secrets import CredentialRef, assert_no_secrets
 from .wal import records as R
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ __all__ = [
     "escalation_id",
     "refusal_protocol",
     "resolve_unknown",
+    "revive_refs",
     "reversible_begin",
     "reversible_done",
     "reversible_failed",
@@ -198,12 +199,34 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _log_default(obj: object) -> Any:
+    # Credential references are logged by name; anything else only by its type.
+    to_json = getattr(obj, "to_json", None)
+    if isinstance(obj, CredentialRef) and to_json is not None:
+        return to_json()
+    return {"$type": type(obj).__name__}
+
+
 def _jsonable(value: Any) -> Any:
-    """Return ``value`` if it survives JSON, else a JSON-safe description of its type."""
+    """Return ``value`` as it will be logged: JSON, credential references by name."""
     try:
         json.dumps(value)
     except (TypeError, ValueError):
-        return json.loads(json.dumps(value, default=lambda o: {"$type": type(o).__name__}))
+        return json.loads(json.dumps(value, default=_log_default))
+    return value
+
+
+def revive_refs(value: Any) -> Any:
+    """Turn logged credential references (``{"$credential_ref": n}``) back into objects.
+
+    Handlers receive the same ``CredentialRef`` in-process and in the daemon.
+    """
+    if isinstance(value, dict):
+        if CredentialRef.is_ref(value):
+            return CredentialRef.from_json(value)
+        return {k: revive_refs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [revive_refs(v) for v in value]
     return value
 
 
@@ -465,7 +488,7 @@ def step_protocol(
         "step": step.id,
         "attempt": attempt,
         "handler": comp.handler if comp is not None else None,
-        "kwargs": dict(comp.kwargs) if comp is not None else {},
+        "kwargs": _jsonable(dict(comp.kwargs)) if comp is not None else {},
         "token": token,
         "ts": _now(),
     }
@@ -485,6 +508,12 @@ def step_protocol(
     return result
 
 
+def _ref_only(obj: object) -> Any:
+    if isinstance(obj, CredentialRef):
+        return obj.to_json()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
 def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensation | None:
     name = step.spec.name
     if not isinstance(made, Compensation):
@@ -495,7 +524,7 @@ def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensati
             step_id=step.id,
         )
     try:
-        json.dumps(dict(made.kwargs))
+        json.dumps(dict(made.kwargs), default=_ref_only)
     except (TypeError, ValueError) as exc:
         err = InvalidCompensation(
             f"compensation kwargs of {name!r} are not JSON-serializable ({exc}); they "
@@ -573,7 +602,7 @@ def compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., Any
         HandlerNotRegistered: ``comp`` has no ``fn`` and its handler is unknown here.
     """
     fn = comp.fn if comp.fn is not None else get_handler(comp.handler or "")
-    kwargs = dict(comp.kwargs)
+    kwargs = revive_refs(dict(comp.kwargs))
     if "idempotency_key" not in kwargs and accepts_keyword(fn, "idempotency_key"):
         kwargs["idempotency_key"] = token
     return fn, kwargs
@@ -695,7 +724,7 @@ def resolve_unknown(
             (),
             {
                 "tool": t.tool,
-                "kwargs": t.kwargs,
+                "kwargs": revive_refs(t.kwargs),
                 "preimage": t.preimage,
                 "idempotency_key": t.idempotency_key,
             },

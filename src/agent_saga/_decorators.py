@@ -364,17 +364,14 @@ class SagaContext:
         tb: TracebackType | None,
     ) -> Literal[False]:
         scope = self._leave()
-        if exc is None:
-            if scope.parent is None:
-                drive_sync(E.settle_protocol(scope), scope.run)
-            return False
-        if isinstance(exc, LeaseLost):
-            return False  # recovery owns the saga now; this process must not touch it
-        with sigint_deferred():
-            failures = drive_sync(E.rollback_protocol(scope), scope.run)
-        if failures and isinstance(exc, Exception):
-            raise _compensation_failed(scope, failures) from exc
-        return False  # cancellation and interrupts stay what they are (failures are escalated)
+        plan = _exit_plan(scope, exc)
+        if plan == "settle":
+            drive_sync(E.settle_protocol(scope), scope.run)
+        elif plan == "rollback":
+            with sigint_deferred():
+                failures = drive_sync(E.rollback_protocol(scope), scope.run)
+            _raise_if_incomplete(scope, exc, failures)
+        return False
 
     async def __aenter__(self) -> Scope:
         return self._enter(True)
@@ -386,20 +383,34 @@ class SagaContext:
         tb: TracebackType | None,
     ) -> Literal[False]:
         scope = self._leave()
-        if exc is None:
-            if scope.parent is None:
-                await drive_async(E.settle_protocol(scope), scope.run)
-            return False
-        if isinstance(exc, LeaseLost):
-            return False
-        failures = await shielded(_unwind(scope))
-        if failures and isinstance(exc, Exception):
-            raise _compensation_failed(scope, failures) from exc
-        return False  # cancellation and interrupts stay what they are (failures are escalated)
+        plan = _exit_plan(scope, exc)
+        if plan == "settle":
+            await drive_async(E.settle_protocol(scope), scope.run)
+        elif plan == "rollback":
+            _raise_if_incomplete(scope, exc, await shielded(_unwind(scope)))
+        return False
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``fn`` so that every call runs as one saga."""
         return _decorate(fn, self._options)
+
+
+def _exit_plan(scope: Scope, exc: BaseException | None) -> str:
+    """What leaving a saga block means: ``settle`` (commit), ``rollback`` or ``nothing``."""
+    if exc is None:
+        return "settle" if scope.parent is None else "nothing"  # a savepoint joins its parent
+    if isinstance(exc, LeaseLost):
+        return "nothing"  # recovery owns the saga now; this process must not touch it
+    return "rollback"
+
+
+def _raise_if_incomplete(
+    scope: Scope, exc: BaseException | None, failures: list[tuple[int, str, BaseException]]
+) -> None:
+    # Cancellation and interrupts stay what they are (the failures are escalated all
+    # the same): turning Ctrl-C into an Exception would let `except Exception` eat it.
+    if failures and isinstance(exc, Exception):
+        raise _compensation_failed(scope, failures) from exc
 
 
 async def _unwind(scope: Scope) -> list[tuple[int, str, BaseException]]:

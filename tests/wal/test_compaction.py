@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -202,8 +203,7 @@ def test_force_compacts_damage_away_but_saves_its_bytes(tmp_path: Path) -> None:
 
 
 def test_encrypted_frames_stay_encrypted(tmp_path: Path) -> None:
-    enc_mod = pytest.importorskip("agent_saga.wal.encryption")
-    pytest.importorskip("cryptography")
+    enc_mod = importlib.import_module("agent_saga.wal.encryption")
     box = enc_mod.AesGcmEncryptor(b"k" * 32)
     wal = tmp_path / "x.wal"
     with open(wal, "ab") as f:
@@ -267,7 +267,7 @@ _CHILD = textwrap.dedent(
 
 @pytest.mark.slow
 def test_no_acknowledged_live_record_is_lost_to_concurrent_writers(tmp_path: Path) -> None:
-    writer_mod = pytest.importorskip("agent_saga.wal.writer")
+    writer_mod = importlib.import_module("agent_saga.wal.writer")
     wal = tmp_path / "x.wal"
     bulk: list[dict[str, Any]] = []
     for i in range(1500):

@@ -91,6 +91,27 @@ MATRIX = [
 ]
 
 
+# What the log must say right after the SIGKILL, step by step (before any recovery).
+STATES_AT_DEATH = {
+    ("wal.before_write", 0, False): {},
+    ("step.before_intent", 1, False): {1: "committed"},  # the gate record was not flushed
+    ("step.after_intent", 1, False): {1: "committed", 2: "intent"},
+    ("step.after_call", 1, False): {1: "committed", 2: "intent"},
+    ("step.after_commit", 1, False): {1: "committed", 2: "committed"},
+    ("step.after_commit", 2, False): {1: "committed", 2: "committed", 3: "committed"},
+    ("rollback.before_compensation", 1, True): {
+        1: "committed",
+        2: "compensating",
+        3: "compensated",
+    },
+    ("rollback.after_compensation", 0, True): {1: "committed", 2: "committed", 3: "compensating"},
+}
+
+
+def _step_states(world):
+    return {n: step.state for s in world.fold().sagas() for n, step in s.steps.items()}
+
+
 @pytest.mark.parametrize(
     ("point", "skip", "extra", "forward", "effects", "calls", "outcome"), MATRIX
 )
@@ -100,6 +121,7 @@ def test_daemon_finishes_a_saga_killed_at_each_protocol_point(
     result = world.agent(items=ITEMS, crash=point, skip=skip, **extra)
     assert result.returncode == -signal.SIGKILL, result.stderr
     assert world.forward() == forward
+    assert _step_states(world) == STATES_AT_DEATH[point, skip, bool(extra.get("fail_after"))]
 
     world.wait_leases_expired()
     first = world.daemon().run_once()

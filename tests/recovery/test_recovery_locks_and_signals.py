@@ -77,7 +77,7 @@ def test_long_running_daemon_stops_cleanly_on_a_signal(world, sig) -> None:
         first = json.loads(daemon.stdout.readline())
         assert first["event"] == "pass_complete"
         daemon.send_signal(sig)
-        out, err = daemon.communicate(timeout=30)
+        _, err = daemon.communicate(timeout=30)
     finally:
         if daemon.returncode is None:
             daemon.kill()

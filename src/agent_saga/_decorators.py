@@ -119,16 +119,11 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                     if refusal is not None:
                         await drive_async(E.refusal_protocol(scope, spec, refusal), scope.run)
                 step = E.reversible_begin(scope, spec, args, kwargs)
-                inflight = scope.run.inflight
-                task = current_task()
-                inflight.append(task)
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException:
                     E.reversible_failed(step)
                     raise
-                finally:
-                    inflight.remove(task)
                 return E.reversible_done(step, result)
 
             wrapper: Callable[..., Any] = async_reversible

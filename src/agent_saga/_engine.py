@@ -14,6 +14,7 @@ plain function both drivers share.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import json
 import time
@@ -53,11 +54,11 @@ __all__ = [
     "escalation_id",
     "refusal_protocol",
     "resolve_unknown",
-    "revive_refs",
     "reversible_begin",
     "reversible_done",
     "reversible_failed",
     "reversible_gate",
+    "revive_refs",
     "rollback_protocol",
     "run_compensation",
     "settle_protocol",
@@ -142,38 +143,28 @@ class StepState(enum.Enum):
 
 
 class Step:
-    """One tool call inside a saga, as the engine tracks it."""
+    """One tool call inside a saga, as the engine tracks it.
 
-    __slots__ = (
-        "attempts",
-        "compensation",
-        "durable",
-        "id",
-        "idempotency_key",
-        "kwargs",
-        "preimage",
-        "problem",
-        "restore",
-        "scope",
-        "spec",
-        "state",
-        "unknown_attempts",
-    )
+    Rarely-set fields are class-level defaults: a REVERSIBLE step, created on the
+    fast path, sets only four attributes.
+    """
+
+    state: StepState
+    kwargs: dict[str, Any] = {}  # noqa: RUF012 - replaced, never mutated, per instance
+    compensation: Compensation | None = None
+    restore: Callable[[], Any] | None = None
+    preimage: Any = None
+    problem: str | None = None
+    durable = False
+    attempts = 0
+    unknown_attempts: list[int] = []  # noqa: RUF012 - replaced before any append
+    idempotency_key = ""
 
     def __init__(self, step_id: int, spec: ToolSpec, scope: Scope) -> None:
         self.id = step_id
         self.spec = spec
         self.scope = scope
         self.state = StepState.RUNNING
-        self.kwargs: dict[str, Any] = {}
-        self.compensation: Compensation | None = None
-        self.restore: Callable[[], Any] | None = None
-        self.preimage: Any = None
-        self.durable = False
-        self.attempts = 0
-        self.unknown_attempts: list[int] = []
-        self.idempotency_key = ""
-        self.problem: str | None = None
 
     def __repr__(self) -> str:
         return f"<Step {self.id} {self.spec.name} {self.state.value}>"
@@ -292,11 +283,18 @@ def reversible_failed(step: Step) -> None:
     """A REVERSIBLE call raised: if a snapshot exists, restoring it is still exact."""
     if step.restore is not None:
         step.state = StepState.UNKNOWN
-        step.scope.run.done.append(step)
+        if step.scope.run.closed:
+            _restore_late(step)
+        else:
+            step.scope.run.done.append(step)
 
 
 def reversible_done(step: Step, result: Any) -> Any:
-    """Record a finished REVERSIBLE call and build its compensation."""
+    """Record a finished REVERSIBLE call and build its compensation.
+
+    A call that finishes after its saga already unwound (a sibling task still
+    running when the saga failed) is restored at once: nobody will unwind it later.
+    """
     factory = step.spec.compensate
     if factory is not None:
         try:
@@ -314,8 +312,21 @@ def reversible_done(step: Step, result: Any) -> Any:
             raise InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id)
         step.compensation = comp
     step.state = StepState.COMMITTED
-    step.scope.run.done.append(step)
+    run = step.scope.run
+    if run.closed:
+        _restore_late(step)
+        return result
+    run.done.append(step)
     return result
+
+
+def _restore_late(step: Step) -> None:
+    undo = step.restore
+    if undo is None and step.compensation is not None:
+        undo = functools.partial(step.compensation.fn or (lambda: None), **step.compensation.kwargs)
+    if undo is not None:
+        undo()
+    step.state = StepState.COMPENSATED
 
 
 def _keep_invalid(step: Step, problem: str) -> None:
@@ -390,6 +401,7 @@ def step_protocol(
     step = Step(run.next_step_id(), spec, scope)
     step.kwargs = _jsonable(spec.bind(args, kwargs))
     step.durable = True
+    step.unknown_attempts = []
     step.idempotency_key = R.idempotency_key(run.id, step.id)
 
     decision = yield from _gate(run, scope, spec, step)

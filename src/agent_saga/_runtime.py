@@ -110,6 +110,7 @@ class Run:
         "_ids",
         "_log",
         "_next",
+        "closed",
         "compensation_retry",
         "done",
         "escalations",
@@ -128,7 +129,8 @@ class Run:
         self.done: list[Step] = []  # completion order; unwound in reverse
         self.escalations: list[str] = []
         self.side_effects = 0
-        self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a step now
+        self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
+        self.closed = False  # set once the saga committed or unwound
         self._ids = itertools.count(1)
         self._next = 1
         self._log: LogBackend | None = options.log
@@ -174,7 +176,8 @@ class Run:
             )
 
     def end_records(self, outcome: str) -> Generator[Command, Any, None]:
-        """Yield the terminal ``saga_end`` record, if anything was ever logged."""
+        """Close the run; yield the terminal ``saga_end`` record if anything was logged."""
+        self.closed = True
         if self._begun:
             yield Append(
                 {

@@ -381,3 +381,38 @@ async def test_gathered_tool_still_running_when_the_saga_unwinds_is_not_orphaned
     assert [r["step"] for r in escalated] == [1]
     assert "outcome unknown" in escalated[0]["reason"]
     assert log.types()[-1] == R.SAGA_END, "nothing is recorded after the saga ended"
+
+
+async def test_reversible_sibling_finishing_after_the_unwind_restores_itself() -> None:
+    """REVERSIBLE steps are not tracked as in flight (no I/O, no bookkeeping on the fast
+    path); one that completes after its saga unwound restores its snapshot at once."""
+    state = {"cache": "old"}
+    started, release = asyncio.Event(), asyncio.Event()
+
+    def snapshot() -> Any:
+        before = state["cache"]
+        return lambda: state.__setitem__("cache", before)
+
+    @tool(semantics=ActionSemantics.REVERSIBLE, snapshot=snapshot)
+    async def slow_cache_write() -> None:
+        started.set()
+        await release.wait()
+        state["cache"] = "new"
+
+    async def fail() -> None:
+        await started.wait()
+        raise ValueError("boom")
+
+    sibling: list[asyncio.Future[Any]] = []
+
+    async def agent() -> None:
+        async with saga(log=MemoryLog()):
+            task = asyncio.ensure_future(slow_cache_write())
+            sibling.append(task)
+            await asyncio.gather(task, fail())
+
+    with pytest.raises(ValueError, match="boom"):
+        await agent()
+    release.set()
+    await sibling[0]
+    assert state["cache"] == "old"

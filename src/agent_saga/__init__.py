@@ -18,6 +18,7 @@ from ._runtime import current_saga
 from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
 from .errors import (
     CompensationFailed,
+    ConcurrentWriteDetected,
     GateRefused,
     HandlerNotRegistered,
     InvalidCompensation,
@@ -53,6 +54,7 @@ __all__ = [
     "ApprovalRequest",
     "Compensation",
     "CompensationFailed",
+    "ConcurrentWriteDetected",
     "Decision",
     "GateRefused",
     "HandlerNotRegistered",

@@ -25,6 +25,7 @@ from . import _crash
 from ._registry import accepts_keyword, get_handler, is_registered
 from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
 from .errors import (
+    ConcurrentWriteDetected,
     GateRefused,
     HandlerNotRegistered,
     InvalidCompensation,
@@ -652,7 +653,10 @@ def run_compensation(
         try:
             yield Call(fn, (), kwargs)
         except Exception as exc:
-            delay = policy.delay_after(attempt)
+            # A concurrent writer is not a transient failure: retrying cannot help.
+            delay = (
+                None if isinstance(exc, ConcurrentWriteDetected) else policy.delay_after(attempt)
+            )
             if durable:
                 yield Submit(
                     {
@@ -699,6 +703,8 @@ def undo_compensation(
         return "compensated", None
     if isinstance(error, HandlerNotRegistered):
         reason = f"handler not registered: {comp.handler!r}"
+    elif isinstance(error, ConcurrentWriteDetected):
+        reason = f"concurrent writer detected while undoing {t.tool!r}: {_error_text(error)}"
     else:
         reason = f"compensation of {t.tool!r} failed past its retry budget: {_error_text(error)}"
     yield from escalate(t.saga, t.step, reason, t.by)

@@ -10,6 +10,7 @@
     ├── GateRefused                 the pre-flight gate said no; nothing happened
     │   └── SecretInKwargs          ...because a value looks like a credential
     ├── CompensationFailed          rollback could not undo everything; a human must look
+    ├── ConcurrentWriteDetected     a connector found its target changed by someone else
     ├── LeaseLost                   this process lost its lease; recovery owns the saga now
     ├── WALError                    the write-ahead log could not do what was asked
     │   ├── WALFull                 backpressure: the queue is full (nothing was dropped)
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 __all__ = [
     "CompensationFailed",
+    "ConcurrentWriteDetected",
     "GateRefused",
     "HandlerNotRegistered",
     "InvalidCompensation",
@@ -165,6 +167,14 @@ class CompensationFailed(SagaError):
     ) -> None:
         super().__init__(message, saga_id=saga_id)
         self.failures = failures or []
+
+
+class ConcurrentWriteDetected(SagaError):
+    """A compensation found its target changed by someone else since the step ran.
+
+    Connectors raise it instead of overwriting a concurrent change. It is never
+    retried: the step is escalated at once ("concurrent writer detected").
+    """
 
 
 class LeaseLost(SagaError):

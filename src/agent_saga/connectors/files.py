@@ -40,9 +40,9 @@ from typing import Any
 from .. import (
     ActionSemantics,
     Compensation,
+    ConcurrentWriteDetected,
     NoActiveSaga,
     Resolution,
-    SagaError,
     SagaUsageError,
     current_saga,
     register_handler,
@@ -66,7 +66,7 @@ RESTORE_HANDLER = "files.restore"
 RESOLVER = "files.resolve"
 
 
-class FileChangedConcurrently(SagaError):
+class FileChangedConcurrently(ConcurrentWriteDetected):
     """A file changed since this step touched it; restoring would destroy that change.
 
     Attributes:

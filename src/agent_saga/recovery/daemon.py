@@ -242,6 +242,10 @@ class RecoveryDaemon:
                         return None
                     x.leases.revoke(view.owner, self.id, now)
                 fence = (claim.fence if claim is not None else 0) + 1
+            pending = [
+                {"step": step.step, "token": R.recovery_token(saga_id, step.step)}
+                for step in self._fold.unwind_order(saga_id)
+            ]
             x.append_locked(
                 [
                     {
@@ -250,6 +254,7 @@ class RecoveryDaemon:
                         "by": self.id,
                         "expires": now + self.claim_seconds,
                         "fence": fence,
+                        "steps": pending,
                         "ts": now,
                     }
                 ]

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["gc_paused", "percentile", "summarise"]
+__all__ = ["gc_paused", "monotonic_deadline", "percentile", "summarise"]
 
 
 def percentile(sorted_values: Sequence[int | float], q: float) -> float:

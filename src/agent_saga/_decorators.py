@@ -26,7 +26,7 @@ from ._runtime import (
     shielded,
     sigint_deferred,
 )
-from ._tools import ToolSpec
+from ._tools import ToolSpec, plain_defaults
 from ._types import ActionSemantics, RetryPolicy
 from .errors import CompensationFailed, LeaseLost, NoActiveSaga, SagaUsageError
 from .gate import Approver, Policy
@@ -100,6 +100,7 @@ def _make_spec(
         idempotent=idempotent,
         signature=signature,
         wants_idempotency_key=accepts_keyword(fn, "idempotency_key"),
+        plain_defaults=plain_defaults(signature),
     )
 
 

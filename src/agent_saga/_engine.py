@@ -199,8 +199,15 @@ def _log_default(obj: object) -> Any:
     return {"$type": type(obj).__name__}
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _jsonable(value: Any) -> Any:
     """Return ``value`` as it will be logged: JSON, credential references by name."""
+    if type(value) is dict and all(
+        type(k) is str and type(v) in _SCALARS for k, v in value.items()
+    ):
+        return value  # the common case: flat keyword arguments
     try:
         json.dumps(value)
     except (TypeError, ValueError):
@@ -341,11 +348,14 @@ def _keep_invalid(step: Step, problem: str) -> None:
 # --- the durable step protocol ---------------------------------------------------------
 
 
-def _gate(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Generator[Command, Any, Decision]:
-    """Decide whether ``step`` may run; yields ``Approve`` for IRREVERSIBLE steps."""
-    request = ApprovalRequest(
+def _request(run: Run, spec: ToolSpec, step: Step) -> ApprovalRequest:
+    return ApprovalRequest(
         run.id, run.name, spec.name, spec.semantics, step.kwargs, step.id, run.side_effects
     )
+
+
+def _precheck(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Decision | None:
+    """The gate's automatic checks; return the refusal, or None when all pass."""
     if spec.semantics is COMPENSABLE and spec.compensate is None:
         return Decision.deny(
             "gate",
@@ -363,16 +373,20 @@ def _gate(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Generator[Comma
         assert_no_secrets(step.kwargs, path="kwargs")
     except SecretInKwargs as exc:
         return Decision.deny("secret-scan", str(exc))
-    refusal = run_policies(scope.policies, request)
-    if refusal is not None:
-        return refusal
-    if spec.semantics is IRREVERSIBLE:
-        try:
-            decision = yield Approve(scope.approver, request)
-        except Exception as exc:  # a broken approver must not open the gate
-            return Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
-        return as_decision(decision, source=scope.approver)
-    return Decision.approve("gate", "policies passed")
+    if scope.policies:
+        return run_policies(scope.policies, _request(run, spec, step))
+    return None
+
+
+def _approval(
+    run: Run, scope: Scope, spec: ToolSpec, step: Step
+) -> Generator[Command, Any, Decision]:
+    """Ask the saga's approver about an IRREVERSIBLE step (fail closed on errors)."""
+    try:
+        decision = yield Approve(scope.approver, _request(run, spec, step))
+    except Exception as exc:  # a broken approver must not open the gate
+        return Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
+    return as_decision(decision, source=scope.approver)
 
 
 def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
@@ -405,14 +419,19 @@ def step_protocol(
     step.unknown_attempts = []
     step.idempotency_key = R.idempotency_key(run.id, step.id)
 
-    decision = yield from _gate(run, scope, spec, step)
-    if not decision.approved:
+    # The gate. Refusals and approvers' decisions are recorded as ``gate`` records;
+    # a step that passed the automatic checks needs none: its intent says so.
+    decision = _precheck(run, scope, spec, step)
+    if decision is None and spec.semantics is IRREVERSIBLE:
+        decision = yield from _approval(run, scope, spec, step)
+    if decision is not None and not decision.approved:
         yield from run.begin_records()
         yield Append(_gate_record(run, step, decision))
         raise _refusal(run, step, decision)
     run.side_effects += 1
     yield from run.begin_records()
-    yield Submit(_gate_record(run, step, decision))
+    if decision is not None:
+        yield Submit(_gate_record(run, step, decision))
 
     call_kwargs = kwargs
     if spec.wants_idempotency_key and "idempotency_key" not in kwargs:
@@ -536,8 +555,10 @@ def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensati
             saga_id=run.id,
             step_id=step.id,
         )
+    kwargs = made.kwargs if type(made.kwargs) is dict else dict(made.kwargs)
     try:
-        json.dumps(dict(made.kwargs), default=_ref_only)
+        if _jsonable(kwargs) is not kwargs:
+            json.dumps(kwargs, default=_ref_only)
     except (TypeError, ValueError) as exc:
         err = InvalidCompensation(
             f"compensation kwargs of {name!r} are not JSON-serializable ({exc}); they "
@@ -547,7 +568,7 @@ def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensati
         )
         return err
     try:
-        assert_no_secrets(dict(made.kwargs), path="compensation.kwargs")
+        assert_no_secrets(kwargs, path="compensation.kwargs")
     except SecretInKwargs as exc:
         return InvalidCompensation(
             f"compensation of {name!r}: {exc}", saga_id=run.id, step_id=step.id

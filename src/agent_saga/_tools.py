@@ -10,7 +10,7 @@ from typing import Any
 
 from ._types import ActionSemantics, RetryPolicy
 
-__all__ = ["ToolSpec"]
+__all__ = ["ToolSpec", "plain_defaults"]
 
 _CANCELLATION = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
 
@@ -39,6 +39,8 @@ class ToolSpec:
         signature: The wrapped function's signature (to log arguments by name).
         wants_idempotency_key: The function accepts an ``idempotency_key`` keyword;
             the engine passes the step's deterministic key there.
+        plain_defaults: Default values by name when the signature has no variadic
+            parameters (lets keyword calls be logged without ``Signature.bind``).
     """
 
     name: str
@@ -54,6 +56,7 @@ class ToolSpec:
     idempotent: bool = False
     signature: inspect.Signature | None = None
     wants_idempotency_key: bool = False
+    plain_defaults: dict[str, Any] | None = None
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Return the call's arguments by parameter name, defaults applied.
@@ -63,6 +66,12 @@ class ToolSpec:
         """
         if self.signature is None:
             return {"args": list(args), **kwargs} if args else dict(kwargs)
+        if not args and self.plain_defaults is not None:
+            # Fast path (keyword calls, no *args/**kwargs in the signature).
+            fast = {**self.plain_defaults, **kwargs}
+            if self.wants_idempotency_key and "idempotency_key" not in kwargs:
+                fast.pop("idempotency_key", None)
+            return fast
         try:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError:
@@ -99,3 +108,16 @@ class ToolSpec:
         if not isinstance(exc, self.retry_on):
             return None
         return self.retry.delay_after(attempt)
+
+
+def plain_defaults(signature: inspect.Signature | None) -> dict[str, Any] | None:
+    """Defaults by parameter name, or None if the signature has variadic parameters."""
+    if signature is None:
+        return None
+    out: dict[str, Any] = {}
+    for name, param in signature.parameters.items():
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            return None
+        if param.default is not inspect.Parameter.empty:
+            out[name] = param.default
+    return out

@@ -54,13 +54,13 @@ def test_committed_one_step_saga_writes_the_protocol_records_with_three_appends(
     with saga("checkout", log=log) as s:
         charge(amount=5)
 
-    assert log.types() == [R.SAGA_BEGIN, R.GATE, R.INTENT, R.COMMITTED, R.SAGA_END]
+    # An automatic approval writes no gate record: the intent implies it.
+    assert log.types() == [R.SAGA_BEGIN, R.INTENT, R.COMMITTED, R.SAGA_END]
     assert log.appends == 3
     assert log.pending == []
-    begin, gate, intent, committed, end = log.records
+    begin, intent, committed, end = log.records
     assert all(r["saga"] == s.id for r in log.records)
     assert (begin["name"], begin["owner"]) == ("checkout", log.owner)
-    assert (gate["step"], gate["decision"], gate["tool"]) == (1, "approved", "charge")
     assert intent["step"] == 1
     assert intent["attempt"] == 1
     assert intent["tool"] == "charge"
@@ -74,7 +74,7 @@ def test_committed_one_step_saga_writes_the_protocol_records_with_three_appends(
     assert all(isinstance(r["ts"], float) for r in log.records)
     # The intent, and the gate decision before it, were durable before the call.
     [(durable_at_call, pending_at_call)] = seen
-    assert durable_at_call == [R.SAGA_BEGIN, R.GATE, R.INTENT]
+    assert durable_at_call == [R.SAGA_BEGIN, R.INTENT]
     assert pending_at_call == []
 
 
@@ -86,9 +86,9 @@ async def test_async_one_step_saga_costs_the_same_three_appends() -> None:
     async with saga(log=log):
         await charge(amount=5)
 
-    assert log.types() == [R.SAGA_BEGIN, R.GATE, R.INTENT, R.COMMITTED, R.SAGA_END]
+    assert log.types() == [R.SAGA_BEGIN, R.INTENT, R.COMMITTED, R.SAGA_END]
     assert log.appends == 3
-    assert seen[0][0] == [R.SAGA_BEGIN, R.GATE, R.INTENT]
+    assert seen[0][0] == [R.SAGA_BEGIN, R.INTENT]
 
 
 def test_committed_record_is_durable_before_the_tool_returns_to_the_agent() -> None:
@@ -113,7 +113,6 @@ def test_rolled_back_step_writes_compensating_then_compensated() -> None:
     assert undone == ["ch_1"]
     assert log.types() == [
         R.SAGA_BEGIN,
-        R.GATE,
         R.INTENT,
         R.COMMITTED,
         R.COMPENSATING,

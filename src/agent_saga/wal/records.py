@@ -8,7 +8,8 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
 
 ``saga_begin``          saga, name, owner
 ``gate``                saga, step, tool, semantics, decision ("approved"|"refused"),
-                        decided_by, reason
+                        decided_by, reason — for refusals and approvers' decisions;
+                        an automatic approval is implied by the intent
 ``intent``              saga, step, attempt, tool, semantics, kwargs,
                         idempotency_key, [resolver], [preimage]
 ``committed``           saga, step, attempt, handler (null when the step has no

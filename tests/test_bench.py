@@ -1,0 +1,126 @@
+"""``bench/bench_core.py --quick --json`` runs and reports every case: shape only.
+
+No timing is asserted here — figures depend on the machine; ``docs/performance.md``
+holds the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench" / "bench_core.py"
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    # The WALs go in pytest's temp dir: shape only, so tmpfs would do as well.
+    directory = tmp_path_factory.mktemp("bench")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("AGENT_SAGA_WAL_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", "--dir", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=directory,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, "--json prints exactly one JSON object on stdout"
+    data: dict[str, Any] = json.loads(lines[0])
+    assert "targets (SPEC" in proc.stderr  # the table goes to stderr with --json
+    return data
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _percentiles(d: dict[str, Any], unit: str) -> None:
+    for q in ("p50", "p95", "p99"):
+        assert _is_num(d[f"{q}_{unit}"]), (q, d)
+    assert d[f"p50_{unit}"] <= d[f"p95_{unit}"] <= d[f"p99_{unit}"]
+    assert d["samples"] > 0
+
+
+def test_top_level_keys(result: dict[str, Any]) -> None:
+    assert set(result) == {"meta", "fast", "durable", "concurrency", "peers", "targets"}
+
+
+def test_meta(result: dict[str, Any]) -> None:
+    meta = result["meta"]
+    for key in ("python", "platform", "cpu_count", "load_average", "date", "directory"):
+        assert key in meta
+    assert set(meta["filesystem"]) == {"mount_point", "fstype", "device"}
+    assert len(meta["load_average"]) == 3
+    assert meta["quick"] is True
+    assert "gc" in meta
+
+
+def test_fast(result: dict[str, Any]) -> None:
+    fast = result["fast"]
+    _percentiles(fast["tool"], "us")
+    _percentiles(fast["bare"], "us")
+    for q in ("p50", "p95", "p99"):
+        assert _is_num(fast["overhead"][f"{q}_us"])
+
+
+def test_durable(result: dict[str, Any]) -> None:
+    durable = result["durable"]
+    _percentiles(durable, "ms")
+    _percentiles(durable["sync"], "ms")
+    _percentiles(durable["floor"], "ms")
+    assert _is_num(durable["ratio"])
+    assert _is_num(durable["sync"]["ratio"])
+    assert durable["floor"]["intent_frame_bytes"] > 12
+    assert durable["floor"]["committed_frame_bytes"] > 12
+    fsyncs = durable["fsyncs_per_one_step_saga"]
+    assert isinstance(fsyncs["max"], int)
+    assert fsyncs["max"] >= 1
+    assert sum(fsyncs["histogram"].values()) == fsyncs["sagas"]
+
+
+def test_concurrency(result: dict[str, Any]) -> None:
+    levels = result["concurrency"]["levels"]
+    assert [row["sagas"] for row in levels] == [1, 4, 16, 64, 256]
+    for row in levels:
+        for mode in ("asyncio", "threads"):
+            r = row[mode]
+            assert r["steps"] > 0
+            assert _is_num(r["steps_per_s"])
+            assert _is_num(r["p99_ms"])
+        assert row["raw_ceiling_steps_per_s"] > 0
+        assert _is_num(row["ratio_to_ceiling"])
+
+
+def test_peers(result: dict[str, Any]) -> None:
+    peers = result["peers"]
+    _percentiles(peers["sqlite"], "ms")
+    assert "synchronous=2" in peers["sqlite"]["config"]  # FULL
+    dbos = peers["dbos"]
+    if "skipped" in dbos:  # DBOS is optional; its absence is reported, not hidden
+        assert isinstance(dbos["skipped"], str)
+        assert dbos["skipped"]
+    else:
+        _percentiles(dbos["step"], "ms")
+        _percentiles(dbos["one_step_workflow"], "ms")
+        assert _is_num(dbos["ratio"])
+        assert _is_num(dbos["speedup"])
+
+
+def test_targets(result: dict[str, Any]) -> None:
+    rows = result["targets"]
+    assert len(rows) == 8
+    for row in rows:
+        assert row["pass"] in (True, False, None)
+        assert ("limit" in row) != ("min" in row)

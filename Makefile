@@ -34,7 +34,11 @@ typecheck: $(VENV)/.installed-dev
 
 check: lint typecheck test
 
-bench: $(VENV)/.installed-base
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
+	@touch $@
+
+bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_core.py
 
 clean:

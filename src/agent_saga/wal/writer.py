@@ -83,10 +83,12 @@ class WriterStats:
 class _Batch:
     """Everything submitted between two flushes, and whoever waits for it."""
 
-    __slots__ = ("done", "error", "event", "loops", "unwaited")
+    __slots__ = ("done", "error", "event", "frames", "leader", "loops", "unwaited")
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.frames: list[bytes] = []
+        self.leader = 0  # thread id of a sync caller that writes this batch itself
         self.error: BaseException | None = None
         self.done = False
         # True when some record of the batch was only submitted: nobody waits for it,
@@ -176,6 +178,9 @@ class WALWriter:
         self._current = _Batch()
         self._inflight: _Batch | None = None
         self._flusher_idle = False
+        # True while some thread (the flusher, or a sync caller leading a batch)
+        # writes a batch: batches are written one at a time, in order.
+        self._writing = False
         self._blocked = 0
         self._closing = False
         self._closed = False
@@ -246,8 +251,13 @@ class WALWriter:
             SagaUsageError: as for :meth:`submit`, or called inside ``exclusive()``.
         """
         self._not_in_exclusive()
-        batch = self._enqueue(encode_record(record, self._encryptor), None, None)
-        batch.event.wait()
+        batch = self._enqueue(encode_record(record, self._encryptor), None, None, lead=True)
+        if batch.leader == threading.get_ident():
+            # Nobody was writing: this thread writes the batch itself. Waking the
+            # flusher and waiting for it would cost two thread hand-offs per record.
+            self._write_and_complete(batch)
+        else:
+            batch.event.wait()
         if batch.error is not None:
             raise _fresh(batch.error, self.path) from batch.error.__cause__
 
@@ -376,6 +386,7 @@ class WALWriter:
         loop: asyncio.AbstractEventLoop | None,
         block: bool = True,
         waited: bool = True,
+        lead: bool = False,
     ) -> _Batch:
         if self._defunct:
             raise SagaUsageError(
@@ -392,7 +403,10 @@ class WALWriter:
                 batch.unwaited = True
             if fut is not None and loop is not None:
                 self._add_waiter(batch, fut, loop)
-            if self._flusher_idle:
+            if lead and not self._writing:
+                self._take_batch_locked()
+                batch.leader = threading.get_ident()
+            elif self._flusher_idle:
                 self._flusher_idle = False
                 self._cond.notify()
             return batch
@@ -469,18 +483,30 @@ class WALWriter:
     def _run_flusher(self) -> None:
         while True:
             with self._lock:
-                while not self._pending:
-                    if self._closing:
+                while not self._pending or self._writing:
+                    if self._closing and not self._pending and not self._writing:
                         return
                     self._flusher_idle = True
                     self._cond.wait()
                 self._flusher_idle = False
-                frames, batch = self._pending, self._current
-                self._pending, self._current = [], _Batch()
-                self._inflight = batch
-                if self._blocked:
-                    self._room.notify_all()
-            batch.error = self._write_batch(frames)
+                batch = self._take_batch_locked()
+            self._write_and_complete(batch)
+
+    def _take_batch_locked(self) -> _Batch:
+        # Called holding self._lock: the caller becomes the one writer of this batch.
+        batch = self._current
+        batch.frames, self._pending, self._current = self._pending, [], _Batch()
+        self._inflight = batch
+        self._writing = True
+        if self._blocked:
+            self._room.notify_all()
+        return batch
+
+    def _write_and_complete(self, batch: _Batch) -> None:
+        try:
+            batch.error = self._write_batch(batch.frames)
+        finally:
+            batch.frames = []
             self._complete(batch)
 
     def _write_batch(self, frames: list[bytes]) -> BaseException | None:
@@ -530,6 +556,10 @@ class WALWriter:
                 self._inflight = None
             if batch.error is not None and batch.unwaited:
                 self._unreported = batch.error
+            self._writing = False
+            if self._pending or self._closing:
+                self._flusher_idle = False
+                self._cond.notify()
         batch.event.set()
         if loops:
             for loop, futs in loops.items():
@@ -560,6 +590,10 @@ class WALWriter:
 
     def _reopen_if_replaced(self) -> None:
         # Called holding the process lock: compaction replaces the file only under it.
+        # Renaming the compacted file over the path unlinks our inode, so one fstat
+        # (no path lookup) tells: a link count of 0 means the path names another file.
+        if os.fstat(self._fd).st_nlink > 0:
+            return
         try:
             same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
         except FileNotFoundError:

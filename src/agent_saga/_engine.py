@@ -199,14 +199,19 @@ def _log_default(obj: object) -> Any:
     return {"$type": type(obj).__name__}
 
 
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat(mapping: dict[Any, Any]) -> bool:
+    for k, v in mapping.items():
+        if type(k) is not str or type(v) not in _SCALARS:
+            return False
+    return True
 
 
 def _jsonable(value: Any) -> Any:
     """Return ``value`` as it will be logged: JSON, credential references by name."""
-    if type(value) is dict and all(
-        type(k) is str and type(v) in _SCALARS for k, v in value.items()
-    ):
+    if type(value) is dict and _flat(value):
         return value  # the common case: flat keyword arguments
     try:
         json.dumps(value)
@@ -513,6 +518,10 @@ def step_protocol(
             if problem is None:
                 comp = made
     step.compensation = comp
+    comp_kwargs: dict[str, Any] = {}
+    if comp is not None:
+        kw = comp.kwargs
+        comp_kwargs = kw if type(kw) is dict and _flat(kw) else _jsonable(dict(kw))
     token = R.recovery_token(run.id, step.id)
     committed = {
         "type": R.COMMITTED,
@@ -520,7 +529,7 @@ def step_protocol(
         "step": step.id,
         "attempt": attempt,
         "handler": comp.handler if comp is not None else None,
-        "kwargs": _jsonable(dict(comp.kwargs)) if comp is not None else {},
+        "kwargs": comp_kwargs,
         "token": token,
         "ts": _now(),
     }

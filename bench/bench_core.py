@@ -446,6 +446,56 @@ def _raw_ceiling(directory: str, batch: int, frames: tuple[bytes, bytes], second
     return records / 2 / (busy_ns / 1e9)
 
 
+def _process_level(path: str, n: int, seconds: float, procs: int) -> dict[str, Any]:
+    """``n`` asyncio sagas spread over ``procs`` processes appending to one WAL."""
+    per = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--child-level", path, str(k),
+             str(seconds)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        for k in per
+    ]
+    try:
+        for c in children:  # each child answers once its writer is open
+            assert c.stdout is not None
+            if c.stdout.readline().strip() != "ready":
+                raise RuntimeError("benchmark child did not start")
+        for c in children:  # start them together
+            assert c.stdin is not None
+            c.stdin.write("go\n")
+            c.stdin.flush()
+        results = [json.loads(c.communicate(timeout=seconds * 20 + 60)[0]) for c in children]
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+                c.communicate()
+    steps = sum(r["steps"] for r in results)
+    secs = max(r["seconds"] for r in results)
+    lat = [x for r in results for x in r["lat"]]
+    s = summarise(lat, "ms")
+    return {
+        "processes": procs,
+        "steps_per_s": round(steps / secs),
+        "p50_ms": s["p50_ms"],
+        "p99_ms": s["p99_ms"],
+        "steps": steps,
+        "seconds": round(secs, 3),
+    }
+
+
+def _child_level(path: str, n: int, seconds: float) -> None:
+    open_writer(path)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    with gc_paused():
+        steps, secs, lat = asyncio.run(_async_level(path, n, seconds))
+    sample = lat[:: max(1, len(lat) // 20000)]
+    print(json.dumps({"steps": steps, "seconds": secs, "lat": sample}))
+
+
 def _concurrency(p: Params, directory: str) -> dict[str, Any]:
     path = os.path.join(directory, "concurrency.wal")
     writer = open_writer(path)
@@ -471,6 +521,13 @@ def _concurrency(p: Params, directory: str) -> dict[str, Any]:
                 "seconds": round(secs, 3),
                 "records_per_fsync": round(records / fsyncs, 2) if fsyncs else None,
             }
+        if n == LEVELS[-1]:
+            # CPython runs one thread at a time: one process uses one core. The WAL is
+            # built for several writer processes, so the top level also runs spread
+            # over one process per core.
+            row["processes"] = _process_level(
+                path, n, p.level_seconds, max(2, os.cpu_count() or 2)
+            )
         row["raw_ceiling_steps_per_s"] = round(_raw_ceiling(directory, n, frames, p.raw_seconds))
         best = max(row["asyncio"]["steps_per_s"], row["threads"]["steps_per_s"])
         row["ratio_to_ceiling"] = round(best / row["raw_ceiling_steps_per_s"], 4)
@@ -485,7 +542,9 @@ def _concurrency(p: Params, directory: str) -> dict[str, Any]:
         "steps_per_saga": STEPS_PER_SAGA,
         "note": "each saga runs steps_per_saga COMPENSABLE steps then commits (saga_end "
         "included in the wall time); raw ceiling = batch of N real frames, one os.write + "
-        "one fsync, in steps (2 records = 1 step); ratio uses the better of asyncio/threads",
+        "one fsync, in steps (2 records = 1 step); ratio uses the better of asyncio/threads "
+        "(one process); the top level also reports the same sagas spread over one process "
+        "per core ('processes')",
     }
 
 
@@ -546,7 +605,17 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "value": durable["fsyncs_per_one_step_saga"]["max"],
             "limit": 3,
         },
-        {"target": f"steps/s at {top['sagas']} sagas >= 30k", "value": best, "min": 30_000},
+        {
+            "target": f"steps/s at {top['sagas']} sagas >= 30k (one process)",
+            "value": best,
+            "min": 30_000,
+        },
+        {
+            "target": f"steps/s at {top['sagas']} sagas >= 30k "
+            f"({top['processes']['processes']} processes)",
+            "value": top["processes"]["steps_per_s"],
+            "min": 30_000,
+        },
         {
             "target": f"steps/s at {top['sagas']} sagas >= 30% of raw ceiling",
             "value": top["ratio_to_ceiling"],
@@ -614,6 +683,12 @@ def table(result: dict[str, Any]) -> str:
             f"{t['records_per_fsync'] or 0:>9}  {row['raw_ceiling_steps_per_s']:>13}  "
             f"{row['ratio_to_ceiling']:>5.3f}"
         )
+    top = result["concurrency"]["levels"][-1]
+    pr = top["processes"]
+    lines.append(
+        f"             {top['sagas']:>5} sagas over {pr['processes']} processes (asyncio): "
+        f"{pr['steps_per_s']} steps/s, p99 {pr['p99_ms']:.2f} ms"
+    )
     pe = result["peers"]
     lines += ["", f"peers ({pe['compared_with']})"]
     sq = pe["sqlite"]
@@ -682,7 +757,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="where the WALs go (default: a temp dir under the CWD)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark directory")
+    parser.add_argument("--child-level", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child_level:
+        path, n, seconds = args.child_level
+        _child_level(path, int(n), float(seconds))
+        return 0
     directory, created = choose_directory(args.dir)
     try:
         result = run(QUICK if args.quick else FULL, directory)

@@ -101,6 +101,11 @@ def test_concurrency(result: dict[str, Any]) -> None:
             assert _is_num(r["p99_ms"])
         assert row["raw_ceiling_steps_per_s"] > 0
         assert _is_num(row["ratio_to_ceiling"])
+    spread = levels[-1]["processes"]
+    assert spread["processes"] >= 2
+    assert spread["steps"] > 0
+    assert _is_num(spread["steps_per_s"])
+    assert _is_num(spread["p99_ms"])
 
 
 def test_peers(result: dict[str, Any]) -> None:
@@ -120,7 +125,7 @@ def test_peers(result: dict[str, Any]) -> None:
 
 def test_targets(result: dict[str, Any]) -> None:
     rows = result["targets"]
-    assert len(rows) == 8
+    assert len(rows) == 9
     for row in rows:
         assert row["pass"] in (True, False, None)
         assert ("limit" in row) != ("min" in row)

@@ -5,6 +5,11 @@ Callers encode their record in their own thread and enqueue it; one flusher thre
 takes everything queued, writes it with one ``write`` on an ``O_APPEND`` descriptor
 while holding the cross-process lock, releases the lock, fsyncs once, and releases
 every waiter of that batch together (``docs/log-format.md`` §3-§6).
+
+This module holds the writer, the per-process registry behind :func:`open_writer`
+and its fork/exit hooks. The writer's I/O seam, counters and batch live in
+``wal/_batch.py``, the ``exclusive()`` handle in ``wal/exclusive.py``; all three
+public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -17,15 +22,15 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from .._crash import crashpoint
 from ..errors import LeaseLost, SagaUsageError, WALFull, WALWriteFailed
+from ._batch import WriterIO, WriterStats, _Batch, _fresh, _resolve
+from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
-from .lease import LeaseTable, OwnLease, ProcessLock
-from .reader import Damage, Record, scan
+from .lease import OwnLease, ProcessLock
 
 __all__ = [
     "Backpressure",
@@ -37,83 +42,6 @@ __all__ = [
 ]
 
 Backpressure = Literal["raise", "block"]
-
-
-def _set_event() -> threading.Event:
-    e = threading.Event()
-    e.set()
-    return e
-
-
-@dataclass(slots=True)
-class WriterIO:
-    """The writer's I/O seam, so tests can fail or stall I/O without monkeypatching.
-
-    Attributes:
-        write: ``os.write``-like; may write fewer bytes than given.
-        fsync: ``os.fsync``-like.
-        renewals: While cleared, the lease renewal thread skips its renewals (tests
-            use it to simulate a stalled process).
-    """
-
-    write: Callable[[int, memoryview], int] = os.write
-    fsync: Callable[[int], None] = os.fsync
-    renewals: threading.Event = field(default_factory=_set_event)
-
-
-@dataclass(slots=True)
-class WriterStats:
-    """Counters of one writer (read them; never write them).
-
-    Attributes:
-        records_written: Records written and fsynced.
-        batches: Successful batches (one write + one fsync each).
-        fsyncs: Successful fsyncs.
-        bytes_written: Bytes written in successful batches.
-        failed_batches: Batches whose write or fsync failed, or that were fenced.
-    """
-
-    records_written: int = 0
-    batches: int = 0
-    fsyncs: int = 0
-    bytes_written: int = 0
-    failed_batches: int = 0
-
-
-class _Batch:
-    """Everything submitted between two flushes, and whoever waits for it."""
-
-    __slots__ = ("done", "error", "event", "frames", "leader", "loops", "unwaited")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.frames: list[bytes] = []
-        self.leader = 0  # thread id of a sync caller that writes this batch itself
-        self.error: BaseException | None = None
-        self.done = False
-        # True when some record of the batch was only submitted: nobody waits for it,
-        # so a failure must be reported by the next flush() instead.
-        self.unwaited = False
-        # loop -> futures of that loop: resolved with ONE call_soon_threadsafe per loop.
-        self.loops: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] | None = None
-
-
-def _fresh(err: BaseException, path: str) -> BaseException:
-    """A new exception per waiter: one shared instance would accumulate tracebacks."""
-    if isinstance(err, LeaseLost):
-        return LeaseLost(str(err))
-    return WALWriteFailed(str(err), path=path)
-
-
-def _resolve(futs: list[asyncio.Future[None]], err: BaseException | None, path: str) -> None:
-    if err is None:
-        for f in futs:
-            if not f.done():
-                f.set_result(None)
-    else:
-        for f in futs:
-            if not f.done():
-                f.set_exception(_fresh(err, path))
 
 
 class WALWriter:
@@ -633,72 +561,6 @@ class WALWriter:
                         return
                 except OSError:
                     pass  # transient: the flusher renews before writing once the deadline passes
-
-
-class ExclusiveHandle:
-    """What ``WALWriter.exclusive()`` yields: the log, under the append lock.
-
-    Args:
-        writer: The writer whose lock is held (built by ``exclusive()`` only).
-
-    Attributes:
-        leases: A lease table on which ``revoke`` works (the lock is held).
-    """
-
-    def __init__(self, writer: WALWriter) -> None:
-        self._w = writer
-        self._open = True
-        self.leases = LeaseTable(writer.path, _lock_held=True)
-
-    def read_from(self, offset: int) -> Iterator[Record | Damage]:
-        """Scan the log from ``offset`` (a previous ``Record.end``).
-
-        Args:
-            offset: Where to start.
-
-        Returns:
-            An iterator of records and damages, as :func:`reader.scan`.
-        """
-        return scan(self._w.path, start=offset, decryptor=self._w._encryptor)
-
-    def size(self) -> int:
-        """Return the current size of the log in bytes (where the next append lands)."""
-        try:
-            return os.stat(self._w.path).st_size
-        except FileNotFoundError:
-            return 0
-
-    def append_locked(self, records: list[Mapping[str, Any]]) -> None:
-        """Write and fsync ``records`` now, as one batch, while holding the lock.
-
-        Args:
-            records: The records, in order.
-
-        Raises:
-            WALWriteFailed: write or fsync failed; none of them is acknowledged.
-            LeaseLost: this writer is fenced; nothing was written.
-            SagaUsageError: used after the ``exclusive()`` block ended.
-        """
-        if not self._open:
-            raise SagaUsageError("append_locked used outside its exclusive() block")
-        w = self._w
-        frames = [encode_record(r, w._encryptor) for r in records]
-        data = b"".join(frames)
-        with w._io_lock:
-            w._ensure_lease_locked()
-            try:
-                w._reopen_if_replaced()
-                w._write_all(data)
-                w._io.fsync(w._fd)
-            except Exception as exc:
-                w.stats.failed_batches += 1
-                raise WALWriteFailed(
-                    f"writing {len(frames)} record(s) to {w.path} failed ({exc!r})", path=w.path
-                ) from exc
-            w.stats.fsyncs += 1
-            w.stats.batches += 1
-            w.stats.records_written += len(frames)
-            w.stats.bytes_written += len(data)
 
 
 # ---------------------------------------------------------------------- registry

@@ -1,0 +1,96 @@
+"""The WAL writer's small parts: its I/O seam, its counters, and one group-commit batch.
+
+:class:`WriterIO` and :class:`WriterStats` are public (re-exported by
+``agent_saga.wal.writer``); :class:`_Batch`, :func:`_fresh` and :func:`_resolve` are
+what the writer uses to collect the records of one flush and release their waiters
+(``docs/log-format.md`` §3-§6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import LeaseLost, WALWriteFailed
+
+__all__ = ["WriterIO", "WriterStats", "_Batch", "_fresh", "_resolve"]
+
+
+def _set_event() -> threading.Event:
+    e = threading.Event()
+    e.set()
+    return e
+
+
+@dataclass(slots=True)
+class WriterIO:
+    """The writer's I/O seam, so tests can fail or stall I/O without monkeypatching.
+
+    Attributes:
+        write: ``os.write``-like; may write fewer bytes than given.
+        fsync: ``os.fsync``-like.
+        renewals: While cleared, the lease renewal thread skips its renewals (tests
+            use it to simulate a stalled process).
+    """
+
+    write: Callable[[int, memoryview], int] = os.write
+    fsync: Callable[[int], None] = os.fsync
+    renewals: threading.Event = field(default_factory=_set_event)
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """Counters of one writer (read them; never write them).
+
+    Attributes:
+        records_written: Records written and fsynced.
+        batches: Successful batches (one write + one fsync each).
+        fsyncs: Successful fsyncs.
+        bytes_written: Bytes written in successful batches.
+        failed_batches: Batches whose write or fsync failed, or that were fenced.
+    """
+
+    records_written: int = 0
+    batches: int = 0
+    fsyncs: int = 0
+    bytes_written: int = 0
+    failed_batches: int = 0
+
+
+class _Batch:
+    """Everything submitted between two flushes, and whoever waits for it."""
+
+    __slots__ = ("done", "error", "event", "frames", "leader", "loops", "unwaited")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.frames: list[bytes] = []
+        self.leader = 0  # thread id of a sync caller that writes this batch itself
+        self.error: BaseException | None = None
+        self.done = False
+        # True when some record of the batch was only submitted: nobody waits for it,
+        # so a failure must be reported by the next flush() instead.
+        self.unwaited = False
+        # loop -> futures of that loop: resolved with ONE call_soon_threadsafe per loop.
+        self.loops: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] | None = None
+
+
+def _fresh(err: BaseException, path: str) -> BaseException:
+    """A new exception per waiter: one shared instance would accumulate tracebacks."""
+    if isinstance(err, LeaseLost):
+        return LeaseLost(str(err))
+    return WALWriteFailed(str(err), path=path)
+
+
+def _resolve(futs: list[asyncio.Future[None]], err: BaseException | None, path: str) -> None:
+    if err is None:
+        for f in futs:
+            if not f.done():
+                f.set_result(None)
+    else:
+        for f in futs:
+            if not f.done():
+                f.set_exception(_fresh(err, path))

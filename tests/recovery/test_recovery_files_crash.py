@@ -46,7 +46,8 @@ def test_killed_coding_agent_has_every_file_restored_by_the_daemon(tmp_path: Pat
         [sys.executable, "-c", AGENT, str(work), wal], capture_output=True, text=True, timeout=60
     )
     assert agent.returncode == -signal.SIGKILL, agent.stderr
-    assert (work / "b.txt").exists() and not (work / "old.txt").exists()
+    assert (work / "b.txt").exists()
+    assert not (work / "old.txt").exists()
 
     recoveryd = Path(sys.executable).with_name("saga-recoveryd")
     deadline = time.monotonic() + 30

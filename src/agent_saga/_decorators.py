@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 from asyncio import current_task
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -366,7 +367,9 @@ class SagaContext:
         elif plan == "rollback":
             with sigint_deferred():
                 failures = drive_sync(E.rollback_protocol(scope), scope.run)
+            _report_escalations(scope)
             _raise_if_incomplete(scope, exc, failures)
+        _report_escalations(scope)
         return False
 
     async def __aenter__(self) -> Scope:
@@ -383,12 +386,31 @@ class SagaContext:
         if plan == "settle":
             await drive_async(E.settle_protocol(scope), scope.run)
         elif plan == "rollback":
-            _raise_if_incomplete(scope, exc, await shielded(_unwind(scope)))
+            failures = await shielded(_unwind(scope))
+            _report_escalations(scope)
+            _raise_if_incomplete(scope, exc, failures)
+        _report_escalations(scope)
         return False
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``fn`` so that every call runs as one saga."""
         return _decorate(fn, self._options)
+
+
+_log = logging.getLogger("agent_saga")
+
+
+def _report_escalations(scope: Scope) -> None:
+    """Log each escalation once: a saga that *committed* with one raises nothing."""
+    run = scope.run
+    for reason in run.escalations[run.reported :]:
+        _log.warning(
+            "saga %r (%s) escalated to a human: %s — see `agent-saga escalations`",
+            run.name,
+            run.id,
+            reason,
+        )
+    run.reported = len(run.escalations)
 
 
 def _exit_plan(scope: Scope, exc: BaseException | None) -> str:
@@ -510,7 +532,9 @@ def saga(
         approver: Decides IRREVERSIBLE steps (default: deny all). Sync or async.
         policies: Extra gate policies, e.g. ``MaxArgument("amount", 10_000)``.
         lease_seconds: A saga whose owner has not renewed its lease for this long
-            may be claimed by the recovery daemon.
+            may be claimed by the recovery daemon. The lease belongs to this
+            process's writer for the WAL (renewed by a background thread), so the
+            first saga that opens a WAL in a process sets it for that process.
         compensation_retry: Attempts and backoff for each compensation before the
             step is escalated (default ``RetryPolicy()``: 3 attempts).
         log: A log backend to use instead of the WAL (e.g. ``testing.MemoryLog()``).

@@ -118,6 +118,7 @@ class Run:
         "inflight",
         "name",
         "options",
+        "reported",
         "side_effects",
     )
 
@@ -128,6 +129,7 @@ class Run:
         self.compensation_retry = options.compensation_retry
         self.done: list[Step] = []  # completion order; unwound in reverse
         self.escalations: list[str] = []
+        self.reported = 0  # escalations already logged
         self.side_effects = 0
         self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
         self.closed = False  # set once the saga committed or unwound

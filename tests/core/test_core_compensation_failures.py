@@ -9,6 +9,8 @@ and the forward effect, which did happen, is escalated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from typing import Any
 
 import pytest
@@ -286,3 +288,31 @@ def test_completed_irreversible_step_in_a_failed_saga_is_escalated_for_the_recor
     assert escalated["step"] == 2
     assert "IRREVERSIBLE" in escalated["reason"]
     assert [r["outcome"] for r in log.of_type(R.SAGA_END)] == ["escalated"]
+
+
+def test_escalations_are_logged_even_when_the_saga_commits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A saga can commit with an escalation (an unknown outcome nobody can resolve);
+    ``@saga`` callers see no exception, so the escalation is logged once."""
+    log = MemoryLog()
+
+    @tool(
+        semantics=ActionSemantics.COMPENSABLE,
+        compensate=lambda r: Compensation(fn=lambda: None),
+        name="flaky",
+    )
+    def flaky() -> None:
+        raise TimeoutError("gateway timeout")
+
+    @saga(log=log)
+    def agent() -> None:
+        with contextlib.suppress(TimeoutError):
+            flaky()
+
+    with caplog.at_level(logging.WARNING, logger="agent_saga"):
+        agent()
+    escalated = [r for r in caplog.records if "escalated to a human" in r.getMessage()]
+    assert len(escalated) == 1
+    assert "outcome unknown" in escalated[0].getMessage()
+    assert log.of_type("saga_end")[0]["outcome"] == "escalated"

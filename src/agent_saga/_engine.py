@@ -436,7 +436,9 @@ def step_protocol(
         raise _refusal(run, step, decision)
     run.side_effects += 1
     yield from run.begin_records()
+    approved_by = "gate"  # the automatic checks passed; the intent records that
     if decision is not None:
+        approved_by = decision.decided_by
         yield Submit(_gate_record(run, step, decision))
 
     call_kwargs = kwargs
@@ -457,6 +459,7 @@ def step_protocol(
             "semantics": spec.semantics.value,
             "kwargs": step.kwargs,
             "idempotency_key": step.idempotency_key,
+            "approved_by": approved_by,
             "ts": _now(),
         }
         if spec.resolver is not None:

@@ -213,6 +213,8 @@ def test_approval_by_true_is_recorded_with_the_approvers_name() -> None:
     [gate] = log.of_type(R.GATE)
     assert gate["decision"] == "approved"
     assert gate["decided_by"].endswith("ops_on_call")
+    [intent] = log.of_type(R.INTENT)
+    assert intent["approved_by"] == gate["decided_by"]
 
 
 @pytest.mark.parametrize("approves", [True, False])

@@ -67,6 +67,7 @@ def test_committed_one_step_saga_writes_the_protocol_records_with_three_appends(
     assert intent["semantics"] == "compensable"
     assert intent["kwargs"] == {"amount": 5}
     assert intent["idempotency_key"] == R.idempotency_key(s.id, 1)
+    assert intent["approved_by"] == "gate", "the automatic approval is recorded"
     assert committed["step"] == 1
     assert committed["kwargs"] == {"charge_id": "ch_1"}
     assert committed["token"] == R.recovery_token(s.id, 1)

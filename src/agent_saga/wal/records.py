@@ -11,7 +11,7 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
                         decided_by, reason — for refusals and approvers' decisions;
                         an automatic approval is implied by the intent
 ``intent``              saga, step, attempt, tool, semantics, kwargs,
-                        idempotency_key, [resolver], [preimage]
+                        idempotency_key, approved_by, [resolver], [handler], [preimage]
 ``committed``           saga, step, attempt, handler (null when the step has no
                         durable compensation), kwargs (the compensation's), token
 ``forward_failed``      saga, step, attempt, outcome ("no_effect"|"unknown"), error

@@ -410,6 +410,8 @@ class SagaFold:
         s.tool, s.semantics, s.kwargs = rec["tool"], rec["semantics"], rec["kwargs"]
         s.idempotency_key = rec["idempotency_key"]
         s.resolver = rec.get("resolver")
+        if s.gate_decision is None and rec.get("approved_by"):
+            s.gate_decision = "approved"  # an automatic approval has no gate record
         if "preimage" in rec:
             s.preimage = rec["preimage"]
         if a not in s.attempt_states:

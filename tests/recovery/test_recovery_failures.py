@@ -141,3 +141,21 @@ def test_recoveryd_once_exits_zero_with_escalations_and_two_on_a_bad_import(worl
     bad = world.recoveryd("--once", "--import", "no_such_module_anywhere")
     assert bad.returncode == 2
     assert "no_such_module_anywhere" in bad.stderr
+
+
+def test_each_pass_reads_only_what_was_appended_since_the_last(world):
+    from agent_saga.wal.reader import scan
+
+    _crashed_saga(world, items=("a", "b"))
+    daemon = world.daemon()
+    first = daemon.run_once()
+    assert first.finished == 1
+    assert first.records_read > 0
+    daemon.run_once()  # picks up the records the first pass itself appended
+    assert daemon.run_once().records_read == 0, "nothing new: nothing read"
+
+    size = os.path.getsize(world.wal)
+    world.agent(items=["c"])  # one more saga, committed by a live agent
+    appended = sum(1 for _ in scan(world.wal, start=size))
+    assert appended > 0
+    assert daemon.run_once().records_read == appended

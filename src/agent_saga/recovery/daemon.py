@@ -71,6 +71,7 @@ class PassReport:
     skipped_live: int = 0
     skipped_claimed: int = 0
     damages: int = 0
+    records_read: int = 0  # new records read this pass: a pass never re-reads the log
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a dict."""
@@ -140,6 +141,7 @@ class RecoveryDaemon:
             if isinstance(item, Record):
                 self._fold.apply(item.data, item.offset)
                 self._offset = item.end
+                self._report.records_read += 1
                 continue
             if item.offset not in self._reported:
                 self._reported.add(item.offset)

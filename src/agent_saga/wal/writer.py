@@ -179,7 +179,28 @@ class WALWriter:
             SagaUsageError: as for :meth:`submit`, or called inside ``exclusive()``.
         """
         self._not_in_exclusive()
-        batch = self._enqueue(encode_record(record, self._encryptor), None, None, lead=True)
+        data = encode_record(record, self._encryptor)
+        with self._lock:
+            # The common case of a lone writer: nothing queued, nothing being written.
+            # Write this one record here, with no batch object and no hand-off at all.
+            solo = not (self._writing or self._pending or self._closing or self._fenced)
+            if solo and not self._defunct:
+                self._writing = True
+            else:
+                solo = False
+        if solo:
+            try:
+                error = self._write_batch([data])
+            finally:
+                with self._lock:
+                    self._writing = False
+                    if self._pending or self._closing:
+                        self._flusher_idle = False
+                        self._cond.notify()
+            if error is not None:
+                raise _fresh(error, self.path) from error.__cause__
+            return
+        batch = self._enqueue(data, None, None, lead=True)
         if batch.leader == threading.get_ident():
             # Nobody was writing: this thread writes the batch itself. Waking the
             # flusher and waiting for it would cost two thread hand-offs per record.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import itertools
 import os
 import signal
 import threading
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import _config
-from ._engine import Append, Approve, Call, Command, Step, StepState, Submit
+from ._engine import Append, Approve, Call, Command, Step, Submit
 from ._types import RetryPolicy
 from .errors import SagaUsageError
 from .gate import Approver, Policy, deny_all
@@ -107,7 +106,6 @@ class Run:
 
     __slots__ = (
         "_begun",
-        "_ids",
         "_log",
         "_next",
         "closed",
@@ -133,7 +131,6 @@ class Run:
         self.side_effects = 0
         self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
         self.closed = False  # set once the saga committed or unwound
-        self._ids = itertools.count(1)
         self._next = 1
         self._log: LogBackend | None = options.log
         self._begun = False
@@ -420,8 +417,3 @@ def sigint_deferred() -> Iterator[None]:
 def is_async_context(scope: Scope) -> bool:
     """Whether a sync tool called now should return an awaitable."""
     return scope.is_async and asyncio._get_running_loop() is not None
-
-
-def unknown_steps(run: Run) -> list[Step]:
-    """Steps whose forward call outcome is unknown (for introspection and tests)."""
-    return [s for s in run.done if s.state is StepState.UNKNOWN]

@@ -51,11 +51,11 @@ def test_four_daemons_started_at_once_compensate_each_step_exactly_once(world):
 
 
 def test_a_live_process_is_never_touched_over_several_lease_periods(world):
-    agent = world.spawn_agent(items=["a", "b"], wait_stdin_after=0, lease=0.3)
+    agent = world.spawn_agent(items=["a", "b"], wait_stdin_after=0, lease=0.5)
     try:
         assert json.loads(agent.stdout.readline())["saga"]
         assert agent.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 1.5  # five lease periods
+        deadline = time.monotonic() + 2.0  # four lease periods
         skipped = 0
         while time.monotonic() < deadline:
             report = world.daemon().run_once()
@@ -106,9 +106,9 @@ def test_a_blocked_event_loop_keeps_its_lease_because_renewal_is_a_thread(world,
     from agent_saga import saga
 
     async def agent() -> None:
-        async with saga("blocked-loop", wal_path=world.wal, lease_seconds=0.3):
+        async with saga("blocked-loop", wal_path=world.wal, lease_seconds=0.5):
             await H.do(item="a")
-            time.sleep(1.2)  # noqa: ASYNC251 - blocking the loop for 4 lease periods is the test
+            time.sleep(2.0)  # noqa: ASYNC251 - blocking the loop for 4 lease periods is the test
             report = world.daemon().run_once()
             assert report.claimed == 0
             assert report.skipped_live == 1

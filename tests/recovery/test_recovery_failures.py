@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import signal
 
 import pytest
@@ -159,3 +160,26 @@ def test_each_pass_reads_only_what_was_appended_since_the_last(world):
     appended = sum(1 for _ in scan(world.wal, start=size))
     assert appended > 0
     assert daemon.run_once().records_read == appended
+
+
+def test_saga_whose_begin_record_was_lost_is_left_alone_while_recent_then_escalated(world):
+    _crashed_saga(world, items=("a", "b"))
+    first_offset, _ = _frames(world.wal)[0]
+    wal = world.tmp / "agent.wal"
+    data = bytearray(wal.read_bytes())
+    data[first_offset + 14] ^= 0xFF  # the saga_begin frame: its owner is now unknown
+    wal.write_bytes(bytes(data))
+
+    patient = world.daemon(claim_seconds=30)
+    early = patient.run_once()
+    assert early.claimed == 0, "owner unknown and silent for less than a claim period"
+    assert any(e["event"] == "skipped-unowned" for e in patient.events)
+
+    daemon = world.daemon(claim_seconds=0.3)
+    deadline = time.monotonic() + 15
+    while world.fold().non_terminal() and time.monotonic() < deadline:
+        daemon.run_once()
+        time.sleep(0.05)
+    assert world.fold().non_terminal() == []
+    assert world.calls() == [], "partial knowledge: escalated, never compensated"
+    assert {e.step for e in world.fold().open_escalations()} == {1, 2}

@@ -211,6 +211,12 @@ class RecoveryDaemon:
             self._report.skipped_live += 1
             self._emit("skipped-live", saga=saga_id, owner=view.owner)
             return
+        if not view.owner and (view.last_ts is None or now - view.last_ts < self.claim_seconds):
+            # No saga_begin (lost to damage): its owner's liveness is unknown. Wait
+            # until the saga has been silent for a whole claim period.
+            self._report.skipped_live += 1
+            self._emit("skipped-unowned", saga=saga_id)
+            return
         lock_token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
         if lock_token is None:
             self._report.skipped_claimed += 1

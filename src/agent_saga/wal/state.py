@@ -180,6 +180,7 @@ class SagaView:
     escalations: list[str] = field(default_factory=list)
     first_offset: int = 0
     last_offset: int = 0
+    last_ts: float | None = None
     record_count: int = 0
     forgotten: bool = False
     _finished: int = 0
@@ -380,6 +381,8 @@ class SagaFold:
         if view is None:
             view = self._live[saga_id] = SagaView(saga_id, first_offset=offset)
         view.last_offset = offset
+        if isinstance(ts, int | float) and not isinstance(ts, bool):
+            view.last_ts = float(ts)
         view.record_count += 1
         handler = _APPLY.get(rtype)
         if handler is not None:

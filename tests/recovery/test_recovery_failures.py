@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 import signal
+import time
 
 import pytest
 

@@ -183,3 +183,21 @@ def test_saga_whose_begin_record_was_lost_is_left_alone_while_recent_then_escala
     assert world.fold().non_terminal() == []
     assert world.calls() == [], "partial knowledge: escalated, never compensated"
     assert {e.step for e in world.fold().open_escalations()} == {1, 2}
+
+
+def test_daemon_keeps_working_across_a_compaction(world):
+    from agent_saga.wal.compaction import compact
+
+    _crashed_saga(world, items=("a",))
+    daemon = world.daemon()
+    assert daemon.run_once().finished == 1
+    daemon.run_once()  # reads its own saga_end
+
+    report = compact(world.wal, archive=True, retain_seconds=0)
+    assert report.sagas_dropped == 1
+
+    _crashed_saga(world, items=("b", "c"))
+    after = daemon.run_once()
+    assert after.finished == 1, "the daemon noticed the new file and read it from the start"
+    assert world.effects() == ["a", "c", "b"]
+    assert world.fold().non_terminal() == []

@@ -360,9 +360,17 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
             elif kind is Submit:
                 run.log().submit(cmd.record)  # type: ignore[union-attr]
             elif kind is Approve:
-                send = cmd.approver(cmd.request)  # type: ignore[union-attr]
-                if inspect.isawaitable(send):
-                    send = await send
+                approver = cmd.approver  # type: ignore[union-attr]
+                if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(
+                    getattr(approver, "__call__", None)  # noqa: B004 - async callable objects
+                ):
+                    send = await approver(cmd.request)  # type: ignore[union-attr]
+                else:
+                    # A sync approver may block (a terminal prompt, an HTTP call to a
+                    # human): it runs in a worker thread, never on the event loop.
+                    send = await asyncio.to_thread(approver, cmd.request)  # type: ignore[union-attr]
+                    if inspect.isawaitable(send):
+                        send = await send
             else:
                 await asyncio.sleep(cmd.seconds)  # type: ignore[union-attr]
         except BaseException as exc:  # handed to the protocol, which decides

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -542,3 +543,24 @@ def test_nested_saga_adds_its_policies_only_inside_itself() -> None:
             charge(amount=5000)
 
     assert counter.calls == 1
+
+
+async def test_a_blocking_sync_approver_does_not_block_the_event_loop() -> None:
+    """A human-in-the-loop approver blocks (a terminal, an HTTP poll); in an async saga it
+    runs in a worker thread, so the rest of the agent keeps running meanwhile."""
+    counter, log = Counter(), MemoryLog()
+    send = irreversible_tool(counter)
+    other_task_ran = threading.Event()
+
+    def slow_human(request: ApprovalRequest) -> bool:
+        return other_task_ran.wait(timeout=10)  # True only if the loop kept running
+
+    async def meanwhile() -> None:
+        other_task_ran.set()
+
+    async with saga(log=log, approver=slow_human):
+        helper = asyncio.ensure_future(meanwhile())
+        await send(to="x")
+        await helper
+    assert counter.calls == 1
+    assert log.of_type(R.GATE)[0]["decision"] == "approved"

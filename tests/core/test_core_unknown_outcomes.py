@@ -507,3 +507,37 @@ def test_compensation_fn_without_idempotency_key_parameter_is_called_without_it(
             raise AgentError
 
     assert received == ["ch_3"]
+
+
+async def test_a_call_timed_out_by_the_agent_is_unknown_and_resolved_on_rollback() -> None:
+    """``asyncio.wait_for`` cancels the tool mid-call: the charge may have landed, so the
+    step's outcome is UNKNOWN and the resolver settles it when the saga rolls back."""
+    landed: list[str] = []
+    refunded: list[str] = []
+    never = asyncio.Event()
+
+    @register_handler("test.timeout.resolve")
+    def resolve(*, tool: str, kwargs: dict[str, Any], preimage: Any, idempotency_key: str) -> Any:
+        if landed:
+            return Resolution.landed(Compensation(fn=lambda: refunded.append(landed[0])))
+        return Resolution.no_effect()
+
+    @tool(
+        semantics=ActionSemantics.COMPENSABLE,
+        compensate=lambda r: Compensation(fn=lambda: refunded.append(r)),
+        resolver="test.timeout.resolve",
+        name="slow_charge",
+    )
+    async def slow_charge() -> str:
+        landed.append("ch_slow")  # the provider took the money...
+        await never.wait()  # ...and the answer never came back
+        return "ch_slow"
+
+    log = MemoryLog()
+    with pytest.raises(TimeoutError):
+        async with saga(log=log):
+            await asyncio.wait_for(slow_charge(), timeout=0.05)
+    [failed] = log.of_type(R.FORWARD_FAILED)
+    assert failed["outcome"] == "unknown"
+    assert refunded == ["ch_slow"]
+    assert log.of_type(R.SAGA_END)[0]["outcome"] == "rolled_back"

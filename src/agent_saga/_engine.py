@@ -1,8 +1,9 @@
 """The saga state machine: steps, scopes and the step/rollback protocols, without I/O.
 
-The protocols are generators that *yield commands* (``Append`` a record durably,
-``Submit`` one without waiting, ``Call`` user code, ``Approve``, ``Sleep``) and
-receive their results. ``_runtime`` drives them with a short sync loop or a short
+The protocols are generators that *yield commands* (``_commands``: ``Append`` a
+record durably, ``Submit`` one without waiting, ``Call`` user code, ``Approve``,
+``Sleep``) and receive their results. Undoing one step is ``_undo``'s, shared with
+the recovery daemon. ``_runtime`` drives them with a short sync loop or a short
 async loop — the only code that differs by colour (STYLE §1). Everything that
 decides *what* happens (gate verdicts, record contents, LIFO order, retry and
 escalation) lives here, once.
@@ -15,19 +16,27 @@ from __future__ import annotations
 
 import enum
 import functools
-import hashlib
 import json
-import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _crash
-from ._registry import accepts_keyword, get_handler, is_registered
-from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
+from ._commands import Append, Approve, Call, Command, Protocol, Sleep, Submit
+from ._registry import is_registered
+from ._types import ActionSemantics, Compensation, RetryPolicy
+from ._undo import (
+    Target,
+    error_text,
+    escalate,
+    flat,
+    jsonable,
+    now,
+    resolve_unknown,
+    run_compensation,
+    undo_compensation,
+)
 from .errors import (
-    ConcurrentWriteDetected,
     GateRefused,
-    HandlerNotRegistered,
     InvalidCompensation,
     SagaError,
     SecretInKwargs,
@@ -41,92 +50,21 @@ if TYPE_CHECKING:
     from ._tools import ToolSpec
 
 __all__ = [
-    "Append",
-    "Approve",
-    "Call",
-    "Command",
-    "Sleep",
     "Step",
     "StepState",
-    "Submit",
-    "Target",
-    "compensation_call",
-    "escalate",
-    "escalation_id",
     "refusal_protocol",
-    "resolve_unknown",
     "reversible_begin",
     "reversible_done",
     "reversible_failed",
     "reversible_gate",
-    "revive_refs",
     "rollback_protocol",
-    "run_compensation",
     "settle_protocol",
     "step_protocol",
-    "undo_compensation",
 ]
 
 REVERSIBLE: Final = ActionSemantics.REVERSIBLE
 COMPENSABLE: Final = ActionSemantics.COMPENSABLE
 IRREVERSIBLE: Final = ActionSemantics.IRREVERSIBLE
-
-
-# --- commands ---------------------------------------------------------------------
-
-
-class Append:
-    """Write ``record`` and wait until it is durable."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, record: dict[str, Any]) -> None:
-        self.record = record
-
-
-class Submit:
-    """Queue ``record``; it becomes durable, in order, with the next ``Append``."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, record: dict[str, Any]) -> None:
-        self.record = record
-
-
-class Call:
-    """Call user code ``fn(*args, **kwargs)``; await its result if it is awaitable."""
-
-    __slots__ = ("args", "fn", "kwargs")
-
-    def __init__(
-        self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> None:
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-
-
-class Approve:
-    """Ask ``approver`` about ``request``; the driver sends back a ``Decision``."""
-
-    __slots__ = ("approver", "request")
-
-    def __init__(self, approver: Callable[..., Any], request: ApprovalRequest) -> None:
-        self.approver = approver
-        self.request = request
-
-
-class Sleep:
-    """Pause ``seconds`` (a retry backoff)."""
-
-    __slots__ = ("seconds",)
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-
-Command = Append | Submit | Call | Approve | Sleep
-Protocol = Generator[Command, Any, Any]
 
 
 # --- steps ------------------------------------------------------------------------
@@ -169,70 +107,6 @@ class Step:
 
     def __repr__(self) -> str:
         return f"<Step {self.id} {self.spec.name} {self.state.value}>"
-
-
-def escalation_id(saga_id: str, step: int | None) -> str:
-    """Deterministic escalation id, so the agent and every daemon name it alike."""
-    digest = hashlib.sha256(f"agent-saga/escalation/{saga_id}/{step}".encode()).hexdigest()
-    return f"esc-{digest[:16]}"
-
-
-def _now() -> float:
-    return time.time()
-
-
-def _error_text(exc: BaseException) -> str:
-    # Exception text can carry anything the tool put there, secrets included.
-    from .secrets import redact
-
-    text = str(redact(str(exc)))
-    if len(text) > 500:
-        text = text[:500] + "…"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _log_default(obj: object) -> Any:
-    # Credential references are logged by name; anything else only by its type.
-    to_json = getattr(obj, "to_json", None)
-    if isinstance(obj, CredentialRef) and to_json is not None:
-        return to_json()
-    return {"$type": type(obj).__name__}
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _flat(mapping: dict[Any, Any]) -> bool:
-    # A plain loop: ``all()`` over a generator costs twice as much on this hot path.
-    for k, v in mapping.items():  # noqa: SIM110
-        if type(k) is not str or type(v) not in _SCALARS:
-            return False
-    return True
-
-
-def _jsonable(value: Any) -> Any:
-    """Return ``value`` as it will be logged: JSON, credential references by name."""
-    if type(value) is dict and _flat(value):
-        return value  # the common case: flat keyword arguments
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return json.loads(json.dumps(value, default=_log_default))
-    return value
-
-
-def revive_refs(value: Any) -> Any:
-    """Turn logged credential references (``{"$credential_ref": n}``) back into objects.
-
-    Handlers receive the same ``CredentialRef`` in-process and in the daemon.
-    """
-    if isinstance(value, dict):
-        if CredentialRef.is_ref(value):
-            return CredentialRef.from_json(value)
-        return {k: revive_refs(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [revive_refs(v) for v in value]
-    return value
 
 
 # --- the REVERSIBLE fast path (no I/O) ------------------------------------------------
@@ -405,7 +279,7 @@ def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
         "decision": "approved" if decision.approved else "refused",
         "decided_by": decision.decided_by,
         "reason": decision.reason,
-        "ts": _now(),
+        "ts": now(),
     }
 
 
@@ -420,7 +294,7 @@ def step_protocol(
     """
     run = scope.run
     step = Step(run.next_step_id(), spec, scope)
-    step.kwargs = _jsonable(spec.bind(args, kwargs))
+    step.kwargs = jsonable(spec.bind(args, kwargs))
     step.durable = True
     step.unknown_attempts = []
     step.idempotency_key = R.idempotency_key(run.id, step.id)
@@ -445,7 +319,7 @@ def step_protocol(
     if spec.wants_idempotency_key and "idempotency_key" not in kwargs:
         call_kwargs = {**kwargs, "idempotency_key": step.idempotency_key}
     if spec.capture is not None:
-        step.preimage = _jsonable((yield Call(spec.capture, (), step.kwargs)))
+        step.preimage = jsonable((yield Call(spec.capture, (), step.kwargs)))
 
     while True:
         step.attempts += 1
@@ -460,7 +334,7 @@ def step_protocol(
             "kwargs": step.kwargs,
             "idempotency_key": step.idempotency_key,
             "approved_by": approved_by,
-            "ts": _now(),
+            "ts": now(),
         }
         if spec.resolver is not None:
             intent["resolver"] = spec.resolver
@@ -483,8 +357,8 @@ def step_protocol(
                     "step": step.id,
                     "attempt": attempt,
                     "outcome": outcome,
-                    "error": _error_text(exc),
-                    "ts": _now(),
+                    "error": error_text(exc),
+                    "ts": now(),
                 }
             )
             if outcome == "unknown":
@@ -525,7 +399,7 @@ def step_protocol(
     comp_kwargs: dict[str, Any] = {}
     if comp is not None:
         kw = comp.kwargs
-        comp_kwargs = kw if type(kw) is dict and _flat(kw) else _jsonable(dict(kw))
+        comp_kwargs = kw if type(kw) is dict and flat(kw) else jsonable(dict(kw))
     token = R.recovery_token(run.id, step.id)
     committed = {
         "type": R.COMMITTED,
@@ -535,7 +409,7 @@ def step_protocol(
         "handler": comp.handler if comp is not None else None,
         "kwargs": comp_kwargs,
         "token": token,
-        "ts": _now(),
+        "ts": now(),
     }
     if problem is not None:
         committed["invalid"] = str(problem)
@@ -570,7 +444,7 @@ def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensati
         )
     kwargs = made.kwargs if type(made.kwargs) is dict else dict(made.kwargs)
     try:
-        if _jsonable(kwargs) is not kwargs:
+        if jsonable(kwargs) is not kwargs:
             json.dumps(kwargs, default=_ref_only)
     except (TypeError, ValueError) as exc:
         err = InvalidCompensation(
@@ -587,228 +461,6 @@ def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensati
             f"compensation of {name!r}: {exc}", saga_id=run.id, step_id=step.id
         )
     return None
-
-
-# --- undo: shared by in-process rollback and the recovery daemon -----------------------
-
-
-class Target:
-    """The step an undo action is about, as in-process rollback and recovery both see it.
-
-    Recovery builds it from the log (``StepView``); rollback from the live ``Step``.
-    """
-
-    __slots__ = ("by", "idempotency_key", "kwargs", "preimage", "resolver", "saga", "step", "tool")
-
-    def __init__(
-        self,
-        saga: str,
-        step: int,
-        tool: str,
-        by: str,
-        *,
-        resolver: str | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        preimage: Any = None,
-        idempotency_key: str = "",
-    ) -> None:
-        self.saga = saga
-        self.step = step
-        self.tool = tool
-        self.by = by
-        self.resolver = resolver
-        self.kwargs = dict(kwargs or {})
-        self.preimage = preimage
-        self.idempotency_key = idempotency_key
-
-    @property
-    def token(self) -> str:
-        """The step's deterministic recovery token."""
-        return R.recovery_token(self.saga, self.step)
-
-
-def escalate(saga_id: str, step: int | None, reason: str, by: str) -> Protocol:
-    """Put one item on the durable human queue (deterministic id: no duplicates)."""
-    yield Append(
-        {
-            "type": R.ESCALATED,
-            "saga": saga_id,
-            "step": step,
-            "escalation": escalation_id(saga_id, step),
-            "reason": reason,
-            "by": by,
-            "ts": _now(),
-        }
-    )
-
-
-def compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., Any], dict[str, Any]]:
-    """Resolve the function to run for ``comp`` and its kwargs (token as idempotency key).
-
-    Raises:
-        HandlerNotRegistered: ``comp`` has no ``fn`` and its handler is unknown here.
-    """
-    fn = comp.fn if comp.fn is not None else get_handler(comp.handler or "")
-    kwargs = revive_refs(dict(comp.kwargs))
-    if "idempotency_key" not in kwargs and accepts_keyword(fn, "idempotency_key"):
-        kwargs["idempotency_key"] = token
-    return fn, kwargs
-
-
-def run_compensation(
-    t: Target, comp: Compensation, policy: RetryPolicy, *, durable: bool = True
-) -> Generator[Command, Any, BaseException | None]:
-    """Run ``comp`` with retries; return None on success or the last error.
-
-    Durable: ``compensating`` is made durable *before* the call (the writer checks
-    its lease there, so a fenced process never starts a compensation), then
-    ``compensated`` after it. Every failed attempt is recorded.
-    """
-    token = t.token
-    try:
-        fn, kwargs = compensation_call(comp, token)
-    except HandlerNotRegistered as exc:
-        return exc
-    if durable:
-        yield Append(
-            {
-                "type": R.COMPENSATING,
-                "saga": t.saga,
-                "step": t.step,
-                "token": token,
-                "by": t.by,
-                "ts": _now(),
-            }
-        )
-    attempt = 0
-    while True:
-        attempt += 1
-        _crash.crashpoint("rollback.before_compensation")
-        try:
-            yield Call(fn, (), kwargs)
-        except Exception as exc:
-            # A concurrent writer is not a transient failure: retrying cannot help.
-            delay = (
-                None if isinstance(exc, ConcurrentWriteDetected) else policy.delay_after(attempt)
-            )
-            if durable:
-                yield Submit(
-                    {
-                        "type": R.COMPENSATION_FAILED,
-                        "saga": t.saga,
-                        "step": t.step,
-                        "token": token,
-                        "by": t.by,
-                        "attempt": attempt,
-                        "error": _error_text(exc),
-                        "final": delay is None,
-                        "ts": _now(),
-                    }
-                )
-            if delay is None:
-                return exc
-            yield Sleep(delay)
-            continue
-        _crash.crashpoint("rollback.after_compensation")
-        if durable:
-            yield Append(
-                {
-                    "type": R.COMPENSATED,
-                    "saga": t.saga,
-                    "step": t.step,
-                    "token": token,
-                    "by": t.by,
-                    "ts": _now(),
-                }
-            )
-        return None
-
-
-def undo_compensation(
-    t: Target, comp: Compensation, policy: RetryPolicy
-) -> Generator[Command, Any, tuple[str, BaseException | None]]:
-    """Compensate a committed step; escalate it if that fails for good.
-
-    Returns:
-        ``("compensated", None)`` or ``("escalated", error)``.
-    """
-    error = yield from run_compensation(t, comp, policy)
-    if error is None:
-        return "compensated", None
-    if isinstance(error, HandlerNotRegistered):
-        reason = f"handler not registered: {comp.handler!r}"
-    elif isinstance(error, ConcurrentWriteDetected):
-        reason = f"concurrent writer detected while undoing {t.tool!r}: {_error_text(error)}"
-    else:
-        reason = f"compensation of {t.tool!r} failed past its retry budget: {_error_text(error)}"
-    yield from escalate(t.saga, t.step, reason, t.by)
-    return "escalated", error
-
-
-def resolve_unknown(
-    t: Target, policy: RetryPolicy
-) -> Generator[Command, Any, tuple[str, BaseException | None]]:
-    """Settle a step whose forward call may or may not have landed.
-
-    Only a resolver the tool declared may decide; without one, or when it cannot
-    tell, the step is escalated (fail closed).
-
-    Returns:
-        ``("no_effect", None)``, ``("compensated", None)``, or ``("escalated", error)``.
-    """
-    if t.resolver is None:
-        yield from escalate(
-            t.saga,
-            t.step,
-            f"outcome unknown: the forward call of {t.tool!r} may or may not have taken "
-            "effect and the tool declares no resolver; check it and resolve this by hand",
-            t.by,
-        )
-        return "escalated", None
-    try:
-        resolver = get_handler(t.resolver)
-    except HandlerNotRegistered as exc:
-        yield from escalate(t.saga, t.step, f"handler not registered: {t.resolver!r}", t.by)
-        return "escalated", exc
-    try:
-        verdict = yield Call(
-            resolver,
-            (),
-            {
-                "tool": t.tool,
-                "kwargs": revive_refs(t.kwargs),
-                "preimage": t.preimage,
-                "idempotency_key": t.idempotency_key,
-            },
-        )
-    except Exception as exc:
-        yield from escalate(
-            t.saga, t.step, f"resolver {t.resolver!r} raised {_error_text(exc)}", t.by
-        )
-        return "escalated", exc
-    if not isinstance(verdict, Resolution) or verdict.outcome == "undecided":
-        why = (
-            verdict.reason
-            if isinstance(verdict, Resolution)
-            else (f"resolver returned {type(verdict).__name__}, not Resolution")
-        )
-        yield from escalate(t.saga, t.step, f"resolver undecided: {why}", t.by)
-        return "escalated", None
-    if verdict.outcome == "no_effect":
-        yield Append(
-            {
-                "type": R.COMPENSATED,
-                "saga": t.saga,
-                "step": t.step,
-                "token": t.token,
-                "by": t.by,
-                "outcome": "no_effect",
-                "ts": _now(),
-            }
-        )
-        return "no_effect", None
-    assert verdict.compensation is not None
-    return (yield from undo_compensation(t, verdict.compensation, policy))
 
 
 # --- in-process rollback and settling ----------------------------------------------------
@@ -867,7 +519,7 @@ def _undo(
         yield from _escalate(
             run,
             step,
-            f"restore of REVERSIBLE step {step.spec.name!r} failed: {_error_text(error)}",
+            f"restore of REVERSIBLE step {step.spec.name!r} failed: {error_text(error)}",
         )
         return error
     if step.state is StepState.UNKNOWN:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import _config
-from ._engine import Append, Approve, Call, Command, Step, Submit
+from ._commands import Append, Approve, Call, Command, Submit
+from ._engine import Step
 from ._types import RetryPolicy
 from .errors import SagaUsageError
 from .gate import Approver, Policy, deny_all

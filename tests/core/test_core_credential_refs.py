@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from agent_saga import ActionSemantics, Compensation, RetryPolicy, register_handler, saga, tool
-from agent_saga._engine import Target, undo_compensation
 from agent_saga._runtime import drive_sync
+from agent_saga._undo import Target, undo_compensation
 from agent_saga.connectors import CredentialRef
 from agent_saga.testing import MemoryLog
 from agent_saga.wal import records as R

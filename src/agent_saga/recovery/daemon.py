@@ -34,14 +34,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .._engine import (
+from .._runtime import drive_sync
+from .._types import Compensation, RetryPolicy
+from .._undo import (
     Target,
     escalate,
     resolve_unknown,
     undo_compensation,
 )
-from .._runtime import drive_sync
-from .._types import Compensation, RetryPolicy
 from ..wal import records as R
 from ..wal.lease import LeaseTable, sidecar_dir
 from ..wal.reader import Damage, Record, scan

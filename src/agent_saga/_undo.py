@@ -1,0 +1,322 @@
+"""Undoing one step: shared, record for record, by in-process rollback and recovery.
+
+The recovery daemon re-enters exactly the transitions the agent uses in-process
+(STYLE: DBOS/Temporal): compensate with retries (``compensating`` durable before the
+call, ``compensated`` after), resolve a step of unknown outcome through its declared
+resolver, or escalate. Deterministic recovery tokens make a second run a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+from . import _crash
+from ._commands import Append, Call, Command, Protocol, Sleep, Submit
+from ._registry import accepts_keyword, get_handler
+from ._types import Compensation, Resolution, RetryPolicy
+from .errors import ConcurrentWriteDetected, HandlerNotRegistered
+from .secrets import CredentialRef, redact
+from .wal import records as R
+
+__all__ = [
+    "Target",
+    "compensation_call",
+    "error_text",
+    "escalate",
+    "escalation_id",
+    "flat",
+    "jsonable",
+    "now",
+    "resolve_unknown",
+    "revive_refs",
+    "run_compensation",
+    "undo_compensation",
+]
+
+
+def escalation_id(saga_id: str, step: int | None) -> str:
+    """Deterministic escalation id, so the agent and every daemon name it alike."""
+    digest = hashlib.sha256(f"agent-saga/escalation/{saga_id}/{step}".encode()).hexdigest()
+    return f"esc-{digest[:16]}"
+
+
+def now() -> float:
+    """Wall-clock seconds, as every record's ``ts``."""
+    return time.time()
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of an exception, redacted and bounded, for the log."""
+    # Exception text can carry anything the tool put there, secrets included.
+    text = str(redact(str(exc)))
+    if len(text) > 500:
+        text = text[:500] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _log_default(obj: object) -> Any:
+    # Credential references are logged by name; anything else only by its type.
+    to_json = getattr(obj, "to_json", None)
+    if isinstance(obj, CredentialRef) and to_json is not None:
+        return to_json()
+    return {"$type": type(obj).__name__}
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def flat(mapping: dict[Any, Any]) -> bool:
+    """Whether ``mapping`` has only string keys and scalar values (logged as is)."""
+    # A plain loop: ``all()`` over a generator costs twice as much on this hot path.
+    for k, v in mapping.items():  # noqa: SIM110
+        if type(k) is not str or type(v) not in _SCALARS:
+            return False
+    return True
+
+
+def jsonable(value: Any) -> Any:
+    """Return ``value`` as it will be logged: JSON, credential references by name."""
+    if type(value) is dict and flat(value):
+        return value  # the common case: flat keyword arguments
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=_log_default))
+    return value
+
+
+def revive_refs(value: Any) -> Any:
+    """Turn logged credential references (``{"$credential_ref": n}``) back into objects.
+
+    Handlers receive the same ``CredentialRef`` in-process and in the daemon.
+    """
+    if isinstance(value, dict):
+        if CredentialRef.is_ref(value):
+            return CredentialRef.from_json(value)
+        return {k: revive_refs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [revive_refs(v) for v in value]
+    return value
+
+
+class Target:
+    """The step an undo action is about, as in-process rollback and recovery both see it.
+
+    Recovery builds it from the log (``StepView``); rollback from the live ``Step``.
+    """
+
+    __slots__ = ("by", "idempotency_key", "kwargs", "preimage", "resolver", "saga", "step", "tool")
+
+    def __init__(
+        self,
+        saga: str,
+        step: int,
+        tool: str,
+        by: str,
+        *,
+        resolver: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        preimage: Any = None,
+        idempotency_key: str = "",
+    ) -> None:
+        self.saga = saga
+        self.step = step
+        self.tool = tool
+        self.by = by
+        self.resolver = resolver
+        self.kwargs = dict(kwargs or {})
+        self.preimage = preimage
+        self.idempotency_key = idempotency_key
+
+    @property
+    def token(self) -> str:
+        """The step's deterministic recovery token."""
+        return R.recovery_token(self.saga, self.step)
+
+
+def escalate(saga_id: str, step: int | None, reason: str, by: str) -> Protocol:
+    """Put one item on the durable human queue (deterministic id: no duplicates)."""
+    yield Append(
+        {
+            "type": R.ESCALATED,
+            "saga": saga_id,
+            "step": step,
+            "escalation": escalation_id(saga_id, step),
+            "reason": reason,
+            "by": by,
+            "ts": now(),
+        }
+    )
+
+
+def compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """Resolve the function to run for ``comp`` and its kwargs (token as idempotency key).
+
+    Raises:
+        HandlerNotRegistered: ``comp`` has no ``fn`` and its handler is unknown here.
+    """
+    fn = comp.fn if comp.fn is not None else get_handler(comp.handler or "")
+    kwargs = revive_refs(dict(comp.kwargs))
+    if "idempotency_key" not in kwargs and accepts_keyword(fn, "idempotency_key"):
+        kwargs["idempotency_key"] = token
+    return fn, kwargs
+
+
+def run_compensation(
+    t: Target, comp: Compensation, policy: RetryPolicy, *, durable: bool = True
+) -> Generator[Command, Any, BaseException | None]:
+    """Run ``comp`` with retries; return None on success or the last error.
+
+    Durable: ``compensating`` is made durable *before* the call (the writer checks
+    its lease there, so a fenced process never starts a compensation), then
+    ``compensated`` after it. Every failed attempt is recorded.
+    """
+    token = t.token
+    try:
+        fn, kwargs = compensation_call(comp, token)
+    except HandlerNotRegistered as exc:
+        return exc
+    if durable:
+        yield Append(
+            {
+                "type": R.COMPENSATING,
+                "saga": t.saga,
+                "step": t.step,
+                "token": token,
+                "by": t.by,
+                "ts": now(),
+            }
+        )
+    attempt = 0
+    while True:
+        attempt += 1
+        _crash.crashpoint("rollback.before_compensation")
+        try:
+            yield Call(fn, (), kwargs)
+        except Exception as exc:
+            # A concurrent writer is not a transient failure: retrying cannot help.
+            delay = (
+                None if isinstance(exc, ConcurrentWriteDetected) else policy.delay_after(attempt)
+            )
+            if durable:
+                yield Submit(
+                    {
+                        "type": R.COMPENSATION_FAILED,
+                        "saga": t.saga,
+                        "step": t.step,
+                        "token": token,
+                        "by": t.by,
+                        "attempt": attempt,
+                        "error": error_text(exc),
+                        "final": delay is None,
+                        "ts": now(),
+                    }
+                )
+            if delay is None:
+                return exc
+            yield Sleep(delay)
+            continue
+        _crash.crashpoint("rollback.after_compensation")
+        if durable:
+            yield Append(
+                {
+                    "type": R.COMPENSATED,
+                    "saga": t.saga,
+                    "step": t.step,
+                    "token": token,
+                    "by": t.by,
+                    "ts": now(),
+                }
+            )
+        return None
+
+
+def undo_compensation(
+    t: Target, comp: Compensation, policy: RetryPolicy
+) -> Generator[Command, Any, tuple[str, BaseException | None]]:
+    """Compensate a committed step; escalate it if that fails for good.
+
+    Returns:
+        ``("compensated", None)`` or ``("escalated", error)``.
+    """
+    error = yield from run_compensation(t, comp, policy)
+    if error is None:
+        return "compensated", None
+    if isinstance(error, HandlerNotRegistered):
+        reason = f"handler not registered: {comp.handler!r}"
+    elif isinstance(error, ConcurrentWriteDetected):
+        reason = f"concurrent writer detected while undoing {t.tool!r}: {error_text(error)}"
+    else:
+        reason = f"compensation of {t.tool!r} failed past its retry budget: {error_text(error)}"
+    yield from escalate(t.saga, t.step, reason, t.by)
+    return "escalated", error
+
+
+def resolve_unknown(
+    t: Target, policy: RetryPolicy
+) -> Generator[Command, Any, tuple[str, BaseException | None]]:
+    """Settle a step whose forward call may or may not have landed.
+
+    Only a resolver the tool declared may decide; without one, or when it cannot
+    tell, the step is escalated (fail closed).
+
+    Returns:
+        ``("no_effect", None)``, ``("compensated", None)``, or ``("escalated", error)``.
+    """
+    if t.resolver is None:
+        yield from escalate(
+            t.saga,
+            t.step,
+            f"outcome unknown: the forward call of {t.tool!r} may or may not have taken "
+            "effect and the tool declares no resolver; check it and resolve this by hand",
+            t.by,
+        )
+        return "escalated", None
+    try:
+        resolver = get_handler(t.resolver)
+    except HandlerNotRegistered as exc:
+        yield from escalate(t.saga, t.step, f"handler not registered: {t.resolver!r}", t.by)
+        return "escalated", exc
+    try:
+        verdict = yield Call(
+            resolver,
+            (),
+            {
+                "tool": t.tool,
+                "kwargs": revive_refs(t.kwargs),
+                "preimage": t.preimage,
+                "idempotency_key": t.idempotency_key,
+            },
+        )
+    except Exception as exc:
+        yield from escalate(
+            t.saga, t.step, f"resolver {t.resolver!r} raised {error_text(exc)}", t.by
+        )
+        return "escalated", exc
+    if not isinstance(verdict, Resolution) or verdict.outcome == "undecided":
+        why = (
+            verdict.reason
+            if isinstance(verdict, Resolution)
+            else (f"resolver returned {type(verdict).__name__}, not Resolution")
+        )
+        yield from escalate(t.saga, t.step, f"resolver undecided: {why}", t.by)
+        return "escalated", None
+    if verdict.outcome == "no_effect":
+        yield Append(
+            {
+                "type": R.COMPENSATED,
+                "saga": t.saga,
+                "step": t.step,
+                "token": t.token,
+                "by": t.by,
+                "outcome": "no_effect",
+                "ts": now(),
+            }
+        )
+        return "no_effect", None
+    assert verdict.compensation is not None
+    return (yield from undo_compensation(t, verdict.compensation, policy))

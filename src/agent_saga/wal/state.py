@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from . import records as r
+from .views import Anomaly, ClaimView, EscalationView, SagaView, StepView
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reader import Damage, Decryptor, Record
@@ -52,148 +52,6 @@ MAX_ANOMALIES: Final = 1000
 _NEEDS_UNDO: Final = frozenset(
     {"intent", "committed", "unknown", "compensating", "compensation_failed"}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    """A record the fold could not use.
-
-    Attributes:
-        offset: Byte offset of the record in the log.
-        kind: ``"unknown_type"``, ``"malformed"`` or ``"after_end"``.
-        detail: What was wrong, for humans.
-    """
-
-    offset: int
-    kind: str
-    detail: str
-
-
-@dataclass(slots=True)
-class ClaimView:
-    """A daemon's claim on a saga (``claim`` record)."""
-
-    by: str
-    expires: float
-    fence: int
-    offset: int
-    ts: float | None = None
-
-
-@dataclass(slots=True)
-class EscalationView:
-    """An entry of the human queue (``escalated`` plus, once answered, ``escalation_resolved``)."""
-
-    escalation: str
-    saga_id: str
-    step: int | None
-    reason: str
-    by: str
-    offset: int
-    ts: float | None = None
-    resolved: bool = False
-    note: Any = None
-    resolved_by: str | None = None
-    resolved_ts: float | None = None
-    resolved_offset: int | None = None
-
-
-@dataclass(slots=True)
-class StepView:
-    """Everything the log says about one step of a saga.
-
-    Attributes:
-        step: Step number (unique within the saga, in start order).
-        state: See the module docstring.
-        attempts: Number of ``intent`` records seen (attempts made).
-        kwargs: Forward kwargs of the latest attempt, as recorded (already redacted).
-        handler / compensation_kwargs / token: From the ``committed`` record.
-        preimage / resolver: From the latest ``intent`` record.
-        order: Index of this step among the saga's finished steps (``committed``
-            order); None until it committed.
-        attempt_states: Per attempt: ``intent``, ``committed``, ``no_effect``, ``unknown``.
-        final_failure: The last ``compensation_failed`` had ``final: true``.
-    """
-
-    step: int
-    tool: str | None = None
-    semantics: str | None = None
-    state: str = "gated"
-    attempts: int = 0
-    kwargs: dict[str, Any] | None = None
-    idempotency_key: str | None = None
-    resolver: str | None = None
-    preimage: Any = None
-    handler: str | None = None
-    compensation_kwargs: dict[str, Any] | None = None
-    token: str | None = None
-    order: int | None = None
-    gate_decision: str | None = None
-    error: Any = None
-    final_failure: bool = False
-    escalation: str | None = None
-    compensated_by: str | None = None
-    attempt_states: dict[int, str] = field(default_factory=dict)
-    attempt_offsets: dict[int, int] = field(default_factory=dict)
-    first_offset: int = 0
-    last_offset: int = 0
-
-    def _derive_forward_state(self) -> str:
-        states = self.attempt_states.values()
-        if not self.attempt_states:
-            return "refused" if self.gate_decision == "refused" else "gated"
-        for candidate in ("committed", "intent", "unknown"):
-            if candidate in states:
-                return candidate
-        return "no_effect"
-
-    @property
-    def unwind_offset(self) -> int | None:
-        """Offset of the latest record that makes this step need undoing, or None."""
-        live = [
-            self.attempt_offsets[a]
-            for a, s in self.attempt_states.items()
-            if s in ("intent", "committed", "unknown")
-        ]
-        return max(live) if live else None
-
-
-@dataclass(slots=True)
-class SagaView:
-    """Everything the log says about one saga.
-
-    ``forgotten`` views (terminal sagas whose detail was dropped) carry only
-    ``saga_id``, ``status`` and ``ended``; their ``steps`` are empty.
-    """
-
-    saga_id: str
-    name: str | None = None
-    owner: str | None = None
-    status: str = "running"
-    started: float | None = None
-    ended: float | None = None
-    outcome: str | None = None
-    ended_by: str | None = None
-    begun: bool = False
-    steps: dict[int, StepView] = field(default_factory=dict)
-    claims: list[ClaimView] = field(default_factory=list)
-    escalations: list[str] = field(default_factory=list)
-    first_offset: int = 0
-    last_offset: int = 0
-    last_ts: float | None = None
-    record_count: int = 0
-    forgotten: bool = False
-    _finished: int = 0
-
-    @property
-    def terminal(self) -> bool:
-        """True once a ``saga_end`` record was applied."""
-        return self.outcome is not None
-
-    @property
-    def claim(self) -> ClaimView | None:
-        """The claim with the highest fence, if any daemon claimed the saga."""
-        return max(self.claims, key=lambda c: c.fence) if self.claims else None
 
 
 # ---- record validation -------------------------------------------------------------

@@ -16,6 +16,7 @@ from ._decorators import SagaContext, saga, tool
 from ._registry import register_handler
 from ._runtime import current_saga
 from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
+from .approvals import ApprovalQueue
 from .errors import (
     CompensationFailed,
     ConcurrentWriteDetected,
@@ -51,6 +52,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "ActionSemantics",
     "AllowList",
+    "ApprovalQueue",
     "ApprovalRequest",
     "Compensation",
     "CompensationFailed",

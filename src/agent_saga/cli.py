@@ -8,6 +8,8 @@ Subcommands::
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
     agent-saga escalations resolve ID --note TEXT [--by WHO] --wal-path P
+    agent-saga approvals --wal-path P [--all] [--json]
+    agent-saga approvals approve|deny ID --note TEXT [--by WHO] --wal-path P
     agent-saga ui ...            (placeholder)
 
 Exit codes: 0 success; 1 ``wal verify`` found damage; 2 usage errors and every
@@ -30,7 +32,7 @@ from . import _config
 from .errors import SagaError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from .wal.state import SagaView, StepView
+    from .wal.state import ApprovalView, SagaView, StepView
 
 __all__ = ["main"]
 
@@ -227,6 +229,59 @@ def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+# ---- approvals ---------------------------------------------------------------------
+
+
+def _approval_state(a: ApprovalView, now: float) -> str:
+    if a.decided:
+        return f"{a.decision} by {a.decided_by}"
+    if a.saga_ended:
+        return "saga ended"
+    return "expired" if a.expired(now) else "open"
+
+
+def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .approvals import decide_approval, list_approvals
+
+    action = getattr(args, "apr_command", None)
+    if action in ("approve", "deny"):
+        a = decide_approval(
+            _wal_path(args), args.id, approve=action == "approve", note=args.note, by=args.by
+        )
+        out.write(
+            f"{a.decision} {a.request} (saga {a.saga_id}, step {a.step}, tool {a.tool}) "
+            f"by {a.decided_by}\n"
+        )
+        return 0
+    items = list_approvals(_wal_path(args), include_decided=args.all)
+    now = time.time()
+    if args.json:
+        data = [{**asdict(a), "state": _approval_state(a, now)} for a in items]
+        json.dump(data, out, indent=2, default=str)
+        out.write("\n")
+        return 0
+    if not items:
+        out.write("no open approval requests\n")
+        return 0
+    rows = [["REQUEST", "SAGA", "STEP", "TOOL", "KWARGS", "REQUESTED", "EXPIRES", "STATE"]]
+    for a in items:
+        kwargs = json.dumps(a.kwargs, sort_keys=True, separators=(",", ":"), default=str)
+        rows.append(
+            [
+                a.request,
+                a.saga_id,
+                str(a.step),
+                a.tool,
+                kwargs,
+                _ts(a.ts),
+                _ts(a.expires),
+                _approval_state(a, now),
+            ]
+        )
+    _table(rows, out)
+    return 0
+
+
 # ---- placeholders -------------------------------------------------------------------
 
 
@@ -305,6 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--note", required=True, help="what was done or decided")
     resolve.add_argument("--by", default=None, help="who decided (default: the OS user)")
     resolve.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    apr = sub.add_parser("approvals", help="list approval requests, or approve/deny one")
+    _add_wal_path(apr)
+    apr.add_argument("--all", action="store_true", help="include decided and expired requests")
+    apr.add_argument("--json", action="store_true", help="print one JSON document")
+    apr.set_defaults(handler=_cmd_approvals)
+    apr_sub = apr.add_subparsers(dest="apr_command", metavar="ACTION")
+    for action, verb in (("approve", "let the step run"), ("deny", "refuse the step")):
+        decide = apr_sub.add_parser(action, help=f"{verb} (recorded durably in the log)")
+        decide.add_argument("id", help="the request id (apr-...)")
+        decide.add_argument("--note", required=True, help="why; recorded with the decision")
+        decide.add_argument("--by", default=None, help="who decided (default: the OS user)")
+        decide.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     stub = sub.add_parser("ui", help="time-travel debugger (not yet implemented)")
     stub.set_defaults(handler=_not_yet("ui"), accepts_anything=True)

@@ -22,11 +22,17 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
 ``escalation_resolved`` escalation, note, by
 ``claim``               saga, by, expires (wall-clock seconds), fence (int)
 ``saga_end``            saga, outcome ("committed"|"rolled_back"|"escalated"), by
+``approval_requested``  saga, [name], step, tool, semantics, kwargs, request, expires
+                        (wall-clock seconds), by — a durable approval queue asks a human
+``approval_decided``    request, saga, decision ("approved"|"denied"), by, note — the
+                        first decision for a request wins; later ones are ignored
 
 ``saga_end`` is the only terminal record: a saga with one never needs work again.
 Step numbers are unique within a saga and given in the order steps *start*; the
 order of ``committed`` records in the log is the order steps *finished*, which is
-the order recovery unwinds in reverse.
+the order recovery unwinds in reverse. The two approval records belong to the
+gate, not to a step's lifecycle: they may precede ``saga_begin`` (the gate runs
+first) and never open a saga on their own.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ import hashlib
 from typing import Final
 
 __all__ = [
+    "APPROVAL_DECIDED",
+    "APPROVAL_REQUESTED",
     "CLAIM",
     "COMMITTED",
     "COMPENSATED",
@@ -49,6 +57,7 @@ __all__ = [
     "SAGA_BEGIN",
     "SAGA_END",
     "TERMINAL_OUTCOMES",
+    "approval_id",
     "idempotency_key",
     "recovery_token",
 ]
@@ -65,6 +74,8 @@ ESCALATED: Final = "escalated"
 ESCALATION_RESOLVED: Final = "escalation_resolved"
 CLAIM: Final = "claim"
 SAGA_END: Final = "saga_end"
+APPROVAL_REQUESTED: Final = "approval_requested"
+APPROVAL_DECIDED: Final = "approval_decided"
 
 RECORD_TYPES: Final = frozenset(
     {
@@ -80,6 +91,8 @@ RECORD_TYPES: Final = frozenset(
         ESCALATION_RESOLVED,
         CLAIM,
         SAGA_END,
+        APPROVAL_REQUESTED,
+        APPROVAL_DECIDED,
     }
 )
 
@@ -108,3 +121,20 @@ def recovery_token(saga_id: str, step: int) -> str:
     compensation twice has the effect of running it once.
     """
     return _derive(saga_id, step, "compensation")
+
+
+def approval_id(saga_id: str, step: int) -> str:
+    """Return the deterministic id of the approval request for a step (``apr-…``).
+
+    Derived like escalation ids, so the waiting agent, the CLI and the UI name the
+    same request alike.
+
+    Args:
+        saga_id: The saga's id.
+        step: The step number.
+
+    Returns:
+        ``"apr-"`` followed by 16 hex digits.
+    """
+    digest = hashlib.sha256(f"agent-saga/approval/{saga_id}/{step}".encode()).hexdigest()
+    return f"apr-{digest[:16]}"

@@ -14,6 +14,11 @@ Rules (``docs/log-format.md`` §2 is normative):
   ``intent`` (dangling: neither ``committed`` nor ``forward_failed`` yet), ``committed``,
   ``no_effect``, ``unknown``, then ``compensating`` / ``compensated`` /
   ``compensation_failed`` / ``escalated``.
+* Approval records (``approval_requested`` / ``approval_decided``) are kept per
+  request id, outside the saga views: they may come before ``saga_begin`` and must
+  not make a saga the recovery daemon would consider. The first decision for a
+  request wins; later ones are ignored. A request is *open* while it is undecided,
+  unexpired and its saga has not ended.
 * Unknown record types and malformed records never raise; they are counted in
   :attr:`SagaFold.anomalies` with their offset and otherwise ignored, which fails
   closed (a ``committed`` record that is ignored leaves its step a dangling intent,
@@ -21,23 +26,26 @@ Rules (``docs/log-format.md`` §2 is normative):
 
 Memory: with ``forget_terminal=True`` a saga's detail is dropped as soon as its
 ``saga_end`` is applied, keeping only id, status and end time, so memory grows with
-live sagas and open escalations, not with the size of the log.
+live sagas and open escalations, not with the size of the log. A saga's approval
+requests are dropped with its detail (nobody waits for an answer once it ended).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from . import records as r
-from .views import Anomaly, ClaimView, EscalationView, SagaView, StepView
+from .views import Anomaly, ApprovalView, ClaimView, EscalationView, SagaView, StepView
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reader import Damage, Decryptor, Record
 
 __all__ = [
     "Anomaly",
+    "ApprovalView",
     "ClaimView",
     "EscalationView",
     "SagaFold",
@@ -136,9 +144,27 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
     r.ESCALATION_RESOLVED: {"escalation": _str, "note": _any, "by": _any},
     r.CLAIM: {"saga": _str, "by": _any, "expires": _is_num, "fence": _is_int},
     r.SAGA_END: {"saga": _str, "outcome": lambda v: v in r.TERMINAL_OUTCOMES, "by": _any},
+    r.APPROVAL_REQUESTED: {
+        "saga": _str,
+        "step": _is_int,
+        "tool": _str,
+        "semantics": _str,
+        "kwargs": lambda v: isinstance(v, dict),
+        "request": _str,
+        "expires": _is_num,
+        "by": _any,
+    },
+    r.APPROVAL_DECIDED: {
+        "request": _str,
+        "saga": _str,
+        "decision": lambda v: v in ("approved", "denied"),
+        "by": _any,
+        "note": _any,
+    },
 }
 _OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
     r.INTENT: {"resolver": _opt_str},
+    r.APPROVAL_REQUESTED: {"name": _opt_str},
 }
 
 
@@ -188,6 +214,8 @@ class SagaFold:
         self._ended: dict[str, SagaView] = {}
         self._summaries: dict[str, tuple[str, float | None]] = {}
         self._escalations: dict[str, EscalationView] = {}
+        self._approvals: dict[str, ApprovalView] = {}
+        self._saga_approvals: dict[str, list[str]] = {}  # saga id -> request ids
         self.anomalies: list[Anomaly] = []
         self.anomaly_count = 0
         self.damages: list[Damage] = []
@@ -227,8 +255,9 @@ class SagaFold:
             return
         ts = record.get("ts")
         rtype = record["type"]
-        if rtype == r.ESCALATION_RESOLVED:
-            self._resolve(record, offset, ts)
+        unscoped = _UNSCOPED.get(rtype)
+        if unscoped is not None:
+            unscoped(self, record, offset, ts)
             return
         saga_id: str = record["saga"]
         if saga_id in self._summaries or saga_id in self._ended:
@@ -342,6 +371,10 @@ class SagaFold:
         v.outcome = v.status = rec["outcome"]
         v.ended, v.ended_by = ts, rec["by"]
         self._live.pop(v.saga_id, None)
+        for rid in self._saga_approvals.get(v.saga_id, ()):
+            a = self._approvals.get(rid)
+            if a is not None:
+                a.saga_ended = True  # nobody waits for an answer any more
         if self._forget:
             self._drop_detail(v)
         else:
@@ -357,6 +390,43 @@ class SagaFold:
         if e.saga_id in self._summaries:
             del self._escalations[e.escalation]
 
+    def _approval_requested(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        saga_id: str = rec["saga"]
+        rid: str = rec["request"]
+        if saga_id in self._summaries:
+            self._anomaly(off, "after_end", f"approval request {rid} after saga_end of {saga_id}")
+            return
+        # A repeated request (same saga and step) starts over: the waiter only
+        # reads decisions recorded after its own request.
+        self._approvals[rid] = ApprovalView(
+            rid,
+            saga_id,
+            rec["step"],
+            rec["tool"],
+            rec["semantics"],
+            rec["kwargs"],
+            float(rec["expires"]),
+            rec["by"],
+            off,
+            ts,
+            saga_name=rec.get("name"),
+            saga_ended=saga_id in self._ended,
+        )
+        ids = self._saga_approvals.setdefault(saga_id, [])
+        if rid not in ids:
+            ids.append(rid)
+
+    def _approval_decided(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        a = self._approvals.get(rec["request"])
+        if a is None:
+            if rec["saga"] not in self._summaries:  # forgotten with its saga: nothing to do
+                self._anomaly(off, "malformed", f"decision of unknown request {rec['request']}")
+            return
+        if a.decided:
+            return  # the first decision wins
+        a.decision, a.decided_by, a.note = rec["decision"], rec["by"], rec["note"]
+        a.decided_ts, a.decided_offset = ts, off
+
     # -- memory control -----------------------------------------------------------
 
     def _drop_detail(self, v: SagaView) -> None:
@@ -365,6 +435,8 @@ class SagaFold:
             e = self._escalations.get(eid)
             if e is not None and e.resolved:
                 del self._escalations[eid]
+        for rid in self._saga_approvals.pop(v.saga_id, ()):
+            self._approvals.pop(rid, None)
 
     def forget_terminal(self, *, keep_summary: bool = True) -> int:
         """Drop the detail of every terminal saga held so far.
@@ -446,6 +518,38 @@ class SagaFold:
         """Return escalations without an ``escalation_resolved`` record, oldest first."""
         return [e for e in self._escalations.values() if not e.resolved]
 
+    def approvals(self) -> list[ApprovalView]:
+        """Return every approval request still held (decided, expired or open), oldest first."""
+        return sorted(self._approvals.values(), key=lambda a: a.offset)
+
+    def approval(self, request: str) -> ApprovalView | None:
+        """Return the approval request ``request`` (``apr-…``), or None when not held.
+
+        Args:
+            request: The request id.
+
+        Returns:
+            Its view, decided or not.
+        """
+        return self._approvals.get(request)
+
+    def open_approvals(self, *, now: float | None = None) -> list[ApprovalView]:
+        """Return the requests a human can still answer, oldest first.
+
+        Open means: no ``approval_decided`` yet, not expired, and the saga has not
+        ended (once it ended, nobody is waiting for the answer).
+
+        Args:
+            now: Wall-clock seconds to judge expiry by (default: the current time).
+
+        Returns:
+            The open requests.
+        """
+        t = time.time() if now is None else now
+        return [
+            a for a in self.approvals() if not a.decided and not a.expired(t) and not a.saga_ended
+        ]
+
     def unwind_order(self, saga_id: str, *, include_escalated: bool = False) -> list[StepView]:
         """Return the steps of a saga that still need undoing, newest first.
 
@@ -487,7 +591,14 @@ _APPLY: Final = {
     r.CLAIM: SagaFold._claim,
     r.SAGA_END: SagaFold._end,
 }
-assert set(_APPLY) | {r.ESCALATION_RESOLVED} == r.RECORD_TYPES
+# Records that do not belong to one saga's view (they never create a SagaView).
+_UNSCOPED: Final = {
+    r.ESCALATION_RESOLVED: SagaFold._resolve,
+    r.APPROVAL_REQUESTED: SagaFold._approval_requested,
+    r.APPROVAL_DECIDED: SagaFold._approval_decided,
+}
+assert set(_APPLY) | set(_UNSCOPED) == r.RECORD_TYPES
+assert not set(_APPLY) & set(_UNSCOPED)
 
 
 def fold_file(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Anomaly", "ClaimView", "EscalationView", "SagaView", "StepView"]
+__all__ = ["Anomaly", "ApprovalView", "ClaimView", "EscalationView", "SagaView", "StepView"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,58 @@ class EscalationView:
     resolved_by: str | None = None
     resolved_ts: float | None = None
     resolved_offset: int | None = None
+
+
+@dataclass(slots=True)
+class ApprovalView:
+    """A request of the durable approval queue (``approval_requested`` plus its decision).
+
+    Attributes:
+        request: The request id (``apr-…``).
+        saga_id / saga_name / step / tool / semantics: What is to be approved.
+        kwargs: The call's arguments as logged (secret-scanned by the gate first).
+        expires: Wall-clock seconds after which the request can no longer be decided.
+        requested_by: The writer (lease owner) of the process waiting for the answer.
+        offset / ts: Where and when the request was recorded.
+        decision: ``"approved"``, ``"denied"``, or None while undecided. Only the
+            first ``approval_decided`` for a request counts.
+        decided_by / note / decided_ts / decided_offset: From that decision.
+        saga_ended: The saga has a ``saga_end``: nobody waits for an answer any more.
+    """
+
+    request: str
+    saga_id: str
+    step: int
+    tool: str
+    semantics: str
+    kwargs: dict[str, Any]
+    expires: float
+    requested_by: Any
+    offset: int
+    ts: float | None = None
+    saga_name: str | None = None
+    decision: str | None = None
+    decided_by: Any = None
+    note: Any = None
+    decided_ts: float | None = None
+    decided_offset: int | None = None
+    saga_ended: bool = False
+
+    @property
+    def decided(self) -> bool:
+        """True once an ``approval_decided`` record answered the request."""
+        return self.decision is not None
+
+    def expired(self, now: float) -> bool:
+        """Whether the request was still undecided at its expiry, as of ``now``.
+
+        Args:
+            now: Wall-clock seconds.
+
+        Returns:
+            True when undecided and ``expires`` is not after ``now``.
+        """
+        return self.decision is None and self.expires <= now
 
 
 @dataclass(slots=True)

@@ -33,7 +33,6 @@ log holds (credential *references*, never credentials).
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -42,7 +41,7 @@ from typing import Any, Final
 from . import _config
 from ._runtime import current_saga
 from .errors import SagaUsageError
-from .gate import ApprovalRequest, Decision
+from .gate import ApprovalRequest, Decision, current_user
 from .wal import records as R
 from .wal.reader import Damage, Record, scan
 from .wal.state import ApprovalView, SagaFold, fold_file
@@ -318,7 +317,7 @@ def decide_approval(
         else:
             fold.feed(x.read_from(fold.position))
         view = _check_open(fold, request_id, path)
-        record = _decision(request_id, view.saga_id, approve, by or _user(), note)
+        record = _decision(request_id, view.saga_id, approve, by or current_user(), note)
         offset = x.size()
         x.append_locked([record])
     fold.apply(record, offset)
@@ -348,10 +347,3 @@ def _check_open(fold: SagaFold, request_id: str, path: str) -> ApprovalView:
 
 def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user database in some containers
-        return "unknown"

@@ -38,6 +38,7 @@ __all__ = [
     "Policy",
     "TerminalPrompt",
     "as_decision",
+    "current_user",
     "deny_all",
     "run_policies",
 ]
@@ -200,8 +201,8 @@ class TerminalPrompt:
         out.flush()
         answer = stdin.readline()
         if answer.strip().lower() in {"y", "yes"}:
-            return Decision(True, f"{self.name}:{_user()}", "approved at the terminal")
-        return Decision(False, f"{self.name}:{_user()}", "denied at the terminal")
+            return Decision(True, f"{self.name}:{current_user()}", "approved at the terminal")
+        return Decision(False, f"{self.name}:{current_user()}", "denied at the terminal")
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -211,7 +212,8 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def _user() -> str:
+def current_user() -> str:
+    """The OS user running this process: who decided, when a human answers here."""
     import getpass
 
     try:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import getpass
 import time
 from typing import Any
 
 from ..errors import SagaUsageError
+from ..gate import current_user
 from ..wal import records as R
 from ..wal.state import EscalationView, fold_file
 from ..wal.writer import open_writer
@@ -55,7 +55,7 @@ def resolve_escalation(
             f"no open escalation {escalation!r} in {wal_path}; list them with "
             "`agent-saga escalations`"
         )
-    who = by or _user()
+    who = by or current_user()
     writer = open_writer(wal_path, encryptor=encryptor)
     writer.append(
         {
@@ -67,10 +67,3 @@ def resolve_escalation(
         }
     )
     return found
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user database in some containers
-        return "unknown"

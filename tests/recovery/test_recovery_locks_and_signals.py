@@ -110,3 +110,15 @@ def test_long_running_daemon_recovers_a_saga_that_dies_while_it_runs(world) -> N
             daemon.communicate(timeout=30)
     assert world.fold().non_terminal() == []
     assert world.effects() == ["b", "a"]
+
+
+def test_memory_lock_grant_expires_after_its_ttl_and_the_stale_holder_cannot_release() -> None:
+    now = [100.0]
+    lock = MemoryLock(clock=lambda: now[0])
+    stale = lock.acquire("saga-1", ttl=5)
+    assert lock.acquire("saga-1", ttl=5) is None
+    now[0] += 5.1  # the holder vanished without releasing
+    fresh = lock.acquire("saga-1", ttl=5)
+    assert fresh == stale + 1
+    lock.release("saga-1", stale)  # too late: superseded
+    assert lock.acquire("saga-1", ttl=5) is None

@@ -14,6 +14,8 @@ import fcntl
 import hashlib
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["FileLock", "Lock", "MemoryLock"]
@@ -86,25 +88,38 @@ class FileLock:
 
 
 class MemoryLock:
-    """An in-process lock with the same interface (tests, single-process setups)."""
+    """An in-process lock with the same interface; a grant expires after its ``ttl``.
 
-    def __init__(self) -> None:
-        self._held: dict[str, int] = {}
+    For tests and single-process setups. Expiry is what a network lock (Redis
+    ``SET NX PX``) offers: a holder that vanished without releasing blocks the key
+    for at most ``ttl`` seconds; the growing token tells a late holder it was
+    superseded.
+
+    Args:
+        clock: Monotonic seconds (a test seam; default ``time.monotonic``).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._held: dict[str, tuple[int, float]] = {}
         self._tokens: dict[str, int] = {}
         self._guard = threading.Lock()
+        self._clock = clock
 
     def acquire(self, key: str, *, ttl: float) -> int | None:
-        """Take ``key`` unless it is held."""
+        """Take ``key`` unless a grant on it is held and has not expired."""
         with self._guard:
-            if key in self._held:
+            now = self._clock()
+            held = self._held.get(key)
+            if held is not None and held[1] > now:
                 return None
             token = self._tokens.get(key, 0) + 1
             self._tokens[key] = token
-            self._held[key] = token
+            self._held[key] = (token, now + ttl)
             return token
 
     def release(self, key: str, token: int) -> None:
-        """Release ``key`` if ``token`` is the current grant."""
+        """Release ``key`` if ``token`` is the current grant (a stale holder's is ignored)."""
         with self._guard:
-            if self._held.get(key) == token:
+            held = self._held.get(key)
+            if held is not None and held[0] == token:
                 del self._held[key]

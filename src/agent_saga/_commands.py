@@ -15,11 +15,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .gate import ApprovalRequest
 
-__all__ = ["Append", "Approve", "Call", "Command", "Protocol", "Sleep", "Submit"]
+__all__ = ["Append", "AppendFenced", "Approve", "Call", "Command", "Protocol", "Sleep", "Submit"]
 
 
 class Append:
     """Write ``record`` and wait until it is durable."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+
+class AppendFenced:
+    """Write an escalation durably even if this process lost its lease (see WAL writer)."""
 
     __slots__ = ("record",)
 
@@ -68,5 +77,5 @@ class Sleep:
         self.seconds = seconds
 
 
-Command = Append | Submit | Call | Approve | Sleep
+Command = Append | AppendFenced | Submit | Call | Approve | Sleep
 Protocol = Generator[Command, Any, Any]

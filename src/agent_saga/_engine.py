@@ -21,13 +21,14 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _crash
-from ._commands import Append, Approve, Call, Command, Protocol, Sleep, Submit
+from ._commands import Append, AppendFenced, Approve, Call, Command, Protocol, Sleep, Submit
 from ._registry import is_registered
 from ._types import ActionSemantics, Compensation, RetryPolicy
 from ._undo import (
     Target,
     error_text,
     escalate,
+    escalation_id,
     flat,
     jsonable,
     now,
@@ -38,6 +39,7 @@ from ._undo import (
 from .errors import (
     GateRefused,
     InvalidCompensation,
+    LeaseLost,
     SagaError,
     SecretInKwargs,
 )
@@ -420,7 +422,27 @@ def step_protocol(
         run.done.remove(step)
     step.state = StepState.COMMITTED
     run.done.append(step)
-    yield Append(committed)
+    try:
+        yield Append(committed)
+    except LeaseLost:
+        # Fenced after the call returned: the effect happened, but the recovery
+        # daemon that took the saga over may have settled this step as "not done".
+        # Nobody else knows; put it on the human queue, then stop.
+        yield AppendFenced(
+            {
+                "type": R.ESCALATED,
+                "saga": run.id,
+                "step": step.id,
+                "escalation": escalation_id(run.id, step.id),
+                "reason": f"the forward call of {spec.name!r} completed after this process "
+                "lost its lease; recovery may have treated it as not done — check and undo "
+                f"it by hand (compensation: {comp.handler if comp else None!r} "
+                f"{committed['kwargs']!r})",
+                "by": run.owner_label(),
+                "ts": now(),
+            }
+        )
+        raise
     _crash.crashpoint("step.after_commit")
     if problem is not None:
         raise problem

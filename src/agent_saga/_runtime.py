@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import _config
-from ._commands import Append, Approve, Call, Command, Submit
+from ._commands import Append, AppendFenced, Approve, Call, Command, Submit
 from ._engine import Step
 from ._types import RetryPolicy
 from .errors import SagaUsageError
@@ -64,6 +64,10 @@ class LogBackend(Protocol):
 
     async def append_async(self, record: dict[str, Any]) -> None:
         """Write ``record`` and wait, without blocking the loop, until it is durable."""
+        ...
+
+    def append_fenced(self, record: dict[str, Any]) -> None:
+        """Write an escalation durably even after this process lost its lease."""
         ...
 
 
@@ -332,6 +336,8 @@ def drive_sync(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 run.log().append(cmd.record)  # type: ignore[union-attr]
             elif kind is Submit:
                 run.log().submit(cmd.record)  # type: ignore[union-attr]
+            elif kind is AppendFenced:
+                run.log().append_fenced(cmd.record)  # type: ignore[union-attr]
             elif kind is Approve:
                 send = _call_blocking(cmd.approver, (cmd.request,), {})  # type: ignore[union-attr]
             else:
@@ -360,6 +366,8 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 await run.log().append_async(cmd.record)  # type: ignore[union-attr]
             elif kind is Submit:
                 run.log().submit(cmd.record)  # type: ignore[union-attr]
+            elif kind is AppendFenced:
+                await asyncio.to_thread(run.log().append_fenced, cmd.record)  # type: ignore[union-attr]
             elif kind is Approve:
                 approver = cmd.approver  # type: ignore[union-attr]
                 if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(

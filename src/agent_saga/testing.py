@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from . import _crash
-from .errors import WALWriteFailed
+from .errors import LeaseLost, WALWriteFailed
 
 __all__ = ["CRASH_POINTS", "MemoryLog", "arm_crash", "disarm_crashes"]
 
@@ -39,7 +39,8 @@ class MemoryLog:
         pending: Records submitted but not yet made durable by an append.
         appends: How many durable appends (would-be fsyncs) happened.
         fail_next: Set to an exception to make the next append fail with
-            ``WALWriteFailed`` (nothing of that batch is kept).
+            ``WALWriteFailed`` (nothing of that batch is kept); a ``LeaseLost`` is
+            raised as is, as a fenced WAL writer does.
     """
 
     def __init__(self) -> None:
@@ -62,9 +63,17 @@ class MemoryLog:
             batch, self.pending = self.pending, []
             if self.fail_next is not None:
                 cause, self.fail_next = self.fail_next, None
+                if isinstance(cause, LeaseLost):
+                    raise cause  # as the WAL writer does once fenced
                 raise WALWriteFailed("injected write failure (MemoryLog.fail_next)") from cause
             self.appends += 1
             self.records.extend(batch)
+
+    def append_fenced(self, record: dict[str, Any]) -> None:
+        """Keep an escalation at once (the durable WAL allows it even when fenced)."""
+        with self._lock:
+            self.appends += 1
+            self.records.append(dict(record))
 
     async def append_async(self, record: dict[str, Any]) -> None:
         """Same as :meth:`append` (nothing to wait for in memory)."""

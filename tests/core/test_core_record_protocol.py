@@ -336,3 +336,33 @@ def test_secret_in_compensation_kwargs_is_rejected_and_never_logged() -> None:
     assert isinstance(caught.value.__cause__ or caught.value, InvalidCompensation)
     assert FAKE_KEY not in repr(log.records)
     assert [r["step"] for r in log.of_type(R.ESCALATED)] == [1]
+
+
+def test_fenced_at_commit_after_the_call_landed_escalates_and_does_not_roll_back() -> None:
+    """Losing the lease between the call and its COMMITTED record: the agent must not
+    commit nor compensate (the daemon owns the saga), but the effect it knows about
+    goes to the human queue."""
+    from agent_saga import LeaseLost
+
+    log = MemoryLog()
+    undone: list[str] = []
+
+    @tool(
+        semantics=ActionSemantics.COMPENSABLE,
+        compensate=lambda r: Compensation(fn=lambda: undone.append(r)),
+        name="charge",
+    )
+    def charge(amount: int, fence: bool = False) -> str:
+        if fence:  # the lease is revoked while the call runs
+            log.fail_next = LeaseLost("lease revoked while the call ran")
+        return f"ch_{amount}"
+
+    with pytest.raises(LeaseLost), saga(log=log):
+        charge(amount=5)
+        charge(amount=6, fence=True)
+
+    assert undone == [], "no in-process rollback once fenced"
+    [escalated] = log.of_type(R.ESCALATED)
+    assert escalated["step"] == 2
+    assert "lost its lease" in escalated["reason"]
+    assert R.SAGA_END not in log.types()

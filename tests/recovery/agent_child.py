@@ -31,6 +31,8 @@ def run_one(cfg: dict, prefix: str = "") -> None:
             if cfg.get("wait_stdin_after") == i:
                 print("ready", flush=True)
                 sys.stdin.readline()
+        if cfg.get("slow_item"):
+            H.do_slow(item=cfg["slow_item"])
         if cfg.get("fail_after"):
             raise RuntimeError("the agent hallucinated")
 

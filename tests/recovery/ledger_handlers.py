@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from typing import Any
 
 from agent_saga import (
@@ -95,6 +96,20 @@ def do(item: str, idempotency_key: str) -> str:
 @tool(semantics=ActionSemantics.COMPENSABLE, compensate=_compensate, name="ledger.do_blind")
 def do_blind(item: str, idempotency_key: str) -> str:
     """Like ``do`` but without a resolver: an unknown outcome must be escalated."""
+    _append("FORWARD_LEDGER", {"item": item, "key": idempotency_key})
+    return item
+
+
+@tool(
+    semantics=ActionSemantics.COMPENSABLE,
+    compensate=_compensate,
+    resolver="ledger.resolve",
+    name="ledger.do_slow",
+)
+def do_slow(item: str, idempotency_key: str) -> str:
+    """A forward call that waits for a line on stdin before it takes effect."""
+    print("calling", flush=True)
+    sys.stdin.readline()
     _append("FORWARD_LEDGER", {"item": item, "key": idempotency_key})
     return item
 

@@ -117,3 +117,33 @@ def test_a_blocked_event_loop_keeps_its_lease_because_renewal_is_a_thread(world,
     asyncio.run(agent())
     assert world.calls() == []
     assert [s.status for s in world.fold().sagas()] == ["committed"]
+
+
+def test_a_call_that_lands_after_the_lease_was_lost_is_escalated_not_forgotten(world):
+    """The owner stalls *inside* a forward call; the daemon claims the saga and its
+    resolver finds nothing yet. Then the call lands: fencing stops the commit, and the
+    fenced agent still puts the orphaned effect on the human queue."""
+    agent = world.spawn_agent(items=["a"], slow_item="b", lease=0.5)
+    try:
+        json.loads(agent.stdout.readline())
+        assert agent.stdout.readline().strip() == "calling"
+        os.kill(agent.pid, signal.SIGSTOP)
+        world.wait_leases_expired()
+        report = world.daemon().run_once()
+        assert (report.claimed, report.compensated, report.no_effect) == (1, 1, 1)
+        os.kill(agent.pid, signal.SIGCONT)
+        agent.stdin.write("go\n")
+        agent.stdin.flush()
+        out, err = agent.communicate(timeout=30)
+        assert agent.returncode == 3, err
+        assert out.strip() == "fenced"
+    finally:
+        if agent.returncode is None:
+            os.kill(agent.pid, signal.SIGCONT)
+            agent.kill()
+            agent.communicate(timeout=30)
+    assert world.forward() == ["a", "b"], "the call landed after the daemon looked"
+    assert world.effects() == ["a"]
+    [late] = world.fold().open_escalations()
+    assert late.step == 2
+    assert "completed after this process lost its lease" in late.reason

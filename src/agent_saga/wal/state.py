@@ -261,7 +261,16 @@ class SagaFold:
             return
         saga_id: str = record["saga"]
         if saga_id in self._summaries or saga_id in self._ended:
-            self._anomaly(offset, "after_end", f"{rtype} record after saga_end of {saga_id}")
+            if rtype != r.ESCALATED:
+                self._anomaly(offset, "after_end", f"{rtype} record after saga_end of {saga_id}")
+            elif saga_id in self._summaries:
+                # A fenced agent may escalate after the daemon ended its saga (a call
+                # that landed after its lease was lost): the human queue must keep it.
+                eid: str = record["escalation"]
+                self._escalations[eid] = EscalationView(
+                    eid, saga_id, record["step"], record["reason"], record["by"], offset, ts
+                )
+                return
             if saga_id in self._summaries:
                 return
         view = self._live.get(saga_id) or self._ended.get(saga_id)

@@ -31,6 +31,7 @@ from ._batch import WriterIO, WriterStats, _Batch, _fresh, _resolve
 from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
+from .records import ESCALATED
 
 __all__ = [
     "Backpressure",
@@ -209,6 +210,39 @@ class WALWriter:
             batch.event.wait()
         if batch.error is not None:
             raise _fresh(batch.error, self.path) from batch.error.__cause__
+
+    def append_fenced(self, record: Mapping[str, Any]) -> None:
+        """Write one ``escalated`` record durably even though this writer is fenced.
+
+        Fencing stops a process that lost its lease from changing a saga the daemon
+        now owns. It must not silence it: a forward call that *completed* after the
+        lease was lost is an effect nobody else knows about, and only this process
+        can put it on the human queue. An escalation changes no saga state, so it is
+        the one record a fenced writer may still write.
+
+        Args:
+            record: An ``escalated`` record.
+
+        Raises:
+            SagaUsageError: the record is not an escalation, or the writer is closed.
+            WALWriteFailed: the write or fsync failed.
+        """
+        if record.get("type") != ESCALATED:
+            raise SagaUsageError("append_fenced writes escalations only")
+        if self._closed or self._defunct:
+            raise SagaUsageError(f"WAL writer for {self.path} is closed")
+        data = encode_record(record, self._encryptor)
+        try:
+            with self._plock, self._io_lock:
+                self._reopen_if_replaced()
+                self._write_all(data)
+                self._io.fsync(self._fd)
+        except OSError as exc:
+            raise WALWriteFailed(
+                f"writing an escalation to {self.path} failed ({exc!r})", path=self.path
+            ) from exc
+        self.stats.fsyncs += 1
+        self.stats.records_written += 1
 
     async def append_async(self, record: Mapping[str, Any]) -> None:
         """Like :meth:`append`, but awaits without blocking the event loop.

@@ -4,6 +4,7 @@ as if the saga had been rolled back, running each compensation's effect exactly 
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -173,9 +174,7 @@ def test_daemon_killed_mid_compensation_is_finished_by_the_next_pass_exactly_onc
         assert done.returncode == 0, done.stderr
         if not world.fold().non_terminal():
             break
-        import time
-
-        time.sleep(0.1)
+        time.sleep(0.1)  # the dead daemon's 0.5 s claim runs out
     assert world.fold().non_terminal() == []
     assert world.effects() == ["c", "b", "a"]
     assert world.calls() == ["c", "b", "b", "a"], "b re-run with the same token: one effect"

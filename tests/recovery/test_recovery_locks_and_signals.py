@@ -122,3 +122,17 @@ def test_memory_lock_grant_expires_after_its_ttl_and_the_stale_holder_cannot_rel
     assert fresh == stale + 1
     lock.release("saga-1", stale)  # too late: superseded
     assert lock.acquire("saga-1", ttl=5) is None
+
+
+def test_recoveryd_once_on_a_missing_wal_says_so_and_leaves_no_trace(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("saga-recoveryd")
+    missing = tmp_path / "typo.wal"
+    run = subprocess.run(
+        [str(exe), "--wal-path", str(missing), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "nothing to recover" in run.stderr
+    assert list(tmp_path.iterdir()) == [], "no WAL, no sidecar directory created"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -97,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopper())
         if args.once:
+            if not os.path.exists(daemon.wal_path):
+                print(
+                    f"saga-recoveryd: no WAL at {daemon.wal_path}: nothing to recover",
+                    file=sys.stderr,
+                )
             report = daemon.run_once()
             if report.escalated:
                 print(

@@ -49,8 +49,7 @@ class FileLock:
     """
 
     def __init__(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        self._dir = directory
+        self._dir = directory  # created on first use: a daemon pointed at no WAL leaves no trace
         self._held: dict[str, int] = {}
         self._guard = threading.Lock()
 
@@ -63,6 +62,7 @@ class FileLock:
         with self._guard:
             if key in self._held:
                 return None
+            os.makedirs(self._dir, exist_ok=True)
             fd = os.open(self._file(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -78,21 +78,10 @@ def test_a_stalled_owner_is_fenced_claimed_and_then_refuses_to_commit(world):
     try:
         json.loads(agent.stdout.readline())
         assert agent.stdout.readline().strip() == "ready"
-        os.kill(agent.pid, signal.SIGSTOP)  # the whole process stalls: loop, threads, all
-        world.wait_leases_expired()
-        report = world.daemon().run_once()
+        report = _stall_until_recovered_then_resume(world, agent)
         assert (report.claimed, report.compensated) == (1, 1)
-        os.kill(agent.pid, signal.SIGCONT)
-        agent.stdin.write("go\n")
-        agent.stdin.flush()
-        out, err = agent.communicate(timeout=30)
-        assert agent.returncode == 3, err
-        assert out.strip() == "fenced"
     finally:
-        if agent.returncode is None:
-            os.kill(agent.pid, signal.SIGCONT)
-            agent.kill()
-            agent.communicate(timeout=30)
+        _reap(agent)
     assert world.forward() == ["a"], "the fenced agent never started its next step"
     assert world.calls() == ["a"], "the agent did not compensate what the daemon owns"
     [saga] = list(world.fold().sagas())
@@ -127,23 +116,34 @@ def test_a_call_that_lands_after_the_lease_was_lost_is_escalated_not_forgotten(w
     try:
         json.loads(agent.stdout.readline())
         assert agent.stdout.readline().strip() == "calling"
-        os.kill(agent.pid, signal.SIGSTOP)
-        world.wait_leases_expired()
-        report = world.daemon().run_once()
+        report = _stall_until_recovered_then_resume(world, agent)
         assert (report.claimed, report.compensated, report.no_effect) == (1, 1, 1)
-        os.kill(agent.pid, signal.SIGCONT)
-        agent.stdin.write("go\n")
-        agent.stdin.flush()
-        out, err = agent.communicate(timeout=30)
-        assert agent.returncode == 3, err
-        assert out.strip() == "fenced"
     finally:
-        if agent.returncode is None:
-            os.kill(agent.pid, signal.SIGCONT)
-            agent.kill()
-            agent.communicate(timeout=30)
+        _reap(agent)
     assert world.forward() == ["a", "b"], "the call landed after the daemon looked"
     assert world.effects() == ["a"]
     [late] = world.fold().open_escalations()
     assert late.step == 2
     assert "completed after this process lost its lease" in late.reason
+
+
+def _stall_until_recovered_then_resume(world, agent):
+    """SIGSTOP the agent (loop, threads, all), let a daemon recover its saga, resume it;
+    the resumed agent must find itself fenced."""
+    os.kill(agent.pid, signal.SIGSTOP)
+    world.wait_leases_expired()
+    report = world.daemon().run_once()
+    os.kill(agent.pid, signal.SIGCONT)
+    agent.stdin.write("go\n")
+    agent.stdin.flush()
+    out, err = agent.communicate(timeout=30)
+    assert agent.returncode == 3, err
+    assert out.strip() == "fenced"
+    return report
+
+
+def _reap(agent) -> None:
+    if agent.returncode is None:
+        os.kill(agent.pid, signal.SIGCONT)
+        agent.kill()
+        agent.communicate(timeout=30)

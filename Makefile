@@ -22,8 +22,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-base
 	$(BIN)/python examples/demo.py
 
+# scripts/testenv starts the services the suite needs (installing Debian packages
+# when missing and run as root), runs pytest with them, and stops them.
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python scripts/testenv run -- $(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench examples

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -30,3 +30,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, which must not happen: {report.longrepr}"
+
+
+#: How to get each service a test may need (``scripts/testenv`` sets these variables).
+SERVICE_HINTS: dict[str, str] = {}
+
+
+@pytest.fixture
+def service() -> Callable[[str], str]:
+    """``service("AGENT_SAGA_TEST_PG")`` returns the variable's value, or skips the test.
+
+    Outside CI the skip message says how to get the service; under ``CI=true`` the
+    skip fails the run (hook above): a missing service never passes quietly.
+    """
+
+    def get(var: str) -> str:
+        value = os.environ.get(var)
+        if not value:
+            hint = SERVICE_HINTS.get(var, "run the suite with `make test`, which starts it")
+            pytest.skip(f"{var} is not set: {hint}")
+        return value
+
+    return get

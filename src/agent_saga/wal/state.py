@@ -320,6 +320,7 @@ class SagaFold:
         s.tool, s.semantics, s.kwargs = rec["tool"], rec["semantics"], rec["kwargs"]
         s.idempotency_key = rec["idempotency_key"]
         s.resolver = rec.get("resolver")
+        s.idempotent = rec.get("idempotent") is True
         if s.gate_decision is None and rec.get("approved_by"):
             s.gate_decision = "approved"  # an automatic approval has no gate record
         if "preimage" in rec:
@@ -332,6 +333,8 @@ class SagaFold:
     def _committed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         s = self._step(v, rec, off)
         s.handler, s.compensation_kwargs, s.token = rec["handler"], rec["kwargs"], rec["token"]
+        invalid = rec.get("invalid")
+        s.invalid = invalid if isinstance(invalid, str) else None
         s.attempt_states[rec["attempt"]], s.attempt_offsets[rec["attempt"]] = "committed", off
         if s.order is None:
             s.order, v._finished = v._finished, v._finished + 1

@@ -12,6 +12,8 @@ Subcommands::
     agent-saga escalations retry ID --note TEXT [--by WHO] --wal-path P
     agent-saga approvals --wal-path P [--all] [--json]
     agent-saga approvals approve|deny ID --note TEXT [--by WHO] --wal-path P
+    agent-saga mcp --policy FILE [--wal-path P] [--boundary session|explicit] [--observe]
+                   -- SERVER_COMMAND [ARGS...]    (see docs/mcp.md)
     agent-saga ui ...            (placeholder)
 
 Exit codes: 0 success; 1 ``wal verify`` found damage; 2 usage errors and every
@@ -320,6 +322,21 @@ def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+# ---- mcp ---------------------------------------------------------------------------
+
+
+def _cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .mcp._cli import run
+
+    return run(
+        policy_file=args.policy,
+        server_command=args.server_command,
+        wal_path=args.wal_path,
+        boundary=args.boundary,
+        observe=args.observe,
+    )
+
+
 # ---- placeholders -------------------------------------------------------------------
 
 
@@ -425,6 +442,20 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("--by", default=None, help="who decided (default: the OS user)")
         decide.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
+    mcp = sub.add_parser(
+        "mcp",
+        help="run an MCP server behind a proxy that makes its tool calls saga steps",
+        usage="agent-saga mcp --policy FILE [--wal-path PATH] [--boundary session|explicit] "
+        "[--observe] -- SERVER_COMMAND [ARGS...]",
+    )
+    mcp.add_argument("--policy", required=True, help="the policy file (TOML or JSON)")
+    _add_wal_path(mcp)
+    mcp.add_argument("--boundary", choices=["session", "explicit"], default="session")
+    mcp.add_argument(
+        "--observe", action="store_true", help="forward and record only; write a policy skeleton"
+    )
+    mcp.set_defaults(handler=_cmd_mcp, server_command=[])
+
     stub = sub.add_parser("ui", help="time-travel debugger (not yet implemented)")
     stub.set_defaults(handler=_not_yet("ui"), accepts_anything=True)
     return parser
@@ -440,8 +471,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit code (0 ok, 1 ``wal verify`` found damage, 2 error).
     """
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    server: list[str] = []
+    if argv[:1] == ["mcp"] and "--" in argv:  # everything after `--` is the server's
+        cut = argv.index("--")
+        argv, server = argv[:cut], argv[cut + 1 :]
     try:
         args, extra = parser.parse_known_args(argv)
+        if server:
+            args.server_command = server
         if extra and not getattr(args, "accepts_anything", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2

@@ -1,0 +1,105 @@
+"""The proxy's side facing the MCP client: lines in on stdin, lines out on stdout.
+
+Reading runs in a thread (a blocking ``readline`` on stdin works for pipes, files
+and terminals alike, and never switches the client's descriptor to non-blocking
+mode); the lines reach the event loop through a bounded queue, so a client that
+floods the proxy is slowed down rather than buffered without limit. Writing uses
+an asyncio pipe transport with ``drain()`` (a client that stops reading stalls
+the proxy's writes, not its memory); when stdout is not a pipe, a lock-protected
+blocking write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+from typing import BinaryIO
+
+from . import _jsonrpc as J
+
+__all__ = ["ClientIO"]
+
+
+class ClientIO:
+    """Line-framed I/O with the MCP client.
+
+    Args:
+        stdin: Where client messages are read (default: ``sys.stdin.buffer``).
+        stdout: Where messages to the client are written (default: ``sys.stdout.buffer``).
+    """
+
+    def __init__(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        self._stdin = stdin or sys.stdin.buffer
+        self._stdout = stdout or sys.stdout.buffer
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=64)
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+        self.closed = False
+
+    async def open(self) -> None:
+        """Start reading; set up the writer."""
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._read, args=(loop,), name="mcp-client-stdin", daemon=True).start()
+        try:
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, self._stdout
+            )
+        except (ValueError, OSError):
+            self._writer = None  # not a pipe: blocking writes
+        else:
+            self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
+
+    def _read(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            while True:
+                line = self._stdin.readline(J.MAX_LINE + 1)
+                if not line:
+                    break
+                if len(line) > J.MAX_LINE and not line.endswith(b"\n"):
+                    sys.stderr.write("agent-saga mcp: a client message is too long; stopping\n")
+                    break
+                asyncio.run_coroutine_threadsafe(self._queue.put(line), loop).result()
+        except (OSError, ValueError, RuntimeError):
+            pass  # stdin closed, or the loop is gone
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(self._queue.put(None), loop)
+
+    async def next_line(self) -> bytes | None:
+        """The next line from the client (newline stripped), or None at end of input."""
+        line = await self._queue.get()
+        if line is None:
+            self._queue.put_nowait(None)  # every later call sees the end too
+            return None
+        return line.rstrip(b"\r\n")
+
+    async def write(self, line: bytes) -> None:
+        """Send one message line to the client (dropped once the client is gone)."""
+        if self.closed:
+            return
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        try:
+            if self._writer is not None:
+                self._writer.write(line)
+                await self._writer.drain()
+            else:
+                async with self._lock:
+                    await asyncio.to_thread(self._blocking_write, line)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.closed = True
+
+    def _blocking_write(self, line: bytes) -> None:
+        self._stdout.write(line)
+        self._stdout.flush()
+
+    def close(self) -> None:
+        """Close stdout (the client sees the end of the session)."""
+        self.closed = True
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        else:
+            with contextlib.suppress(Exception):
+                self._stdout.close()

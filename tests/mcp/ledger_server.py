@@ -1,0 +1,216 @@
+"""A real MCP server for the proxy tests, written with the official SDK (FastMCP).
+
+    python ledger_server.py --ledger LEDGER.jsonl
+
+Every effect is one JSON line in the ledger file (``fcntl``-locked, fsynced), so
+that separate server processes — the one the proxy runs, the ones the recovery
+daemon starts to compensate — share one record that the tests count. ``charge``
+and ``refund`` dedupe by ``idempotency_key`` the way a payment service does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import json
+import os
+from typing import Any, TypedDict
+
+import anyio
+from mcp.server.fastmcp import Context, FastMCP
+
+_args = argparse.ArgumentParser()
+_args.add_argument("--ledger", required=True)
+LEDGER: str = _args.parse_args().ledger
+
+mcp = FastMCP("ledger")
+
+
+def _locked(fn: Any) -> Any:
+    with open(LEDGER, "a+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        entries = [json.loads(line) for line in f.read().splitlines() if line]
+
+        def append(entry: dict[str, Any]) -> None:
+            f.write(json.dumps({**entry, "pid": os.getpid()}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            entries.append(entry)
+
+        return fn(entries, append)
+
+
+class Charge(TypedDict):
+    charge_id: str
+    customer: str
+    amount: int
+
+
+class Refund(TypedDict):
+    refund_id: str
+    charge_id: str
+
+
+class Found(TypedDict):
+    found: bool
+    charge_id: str
+
+
+@mcp.tool()
+def charge(customer: str, amount: int, idempotency_key: str = "", crash: str = "") -> Charge:
+    """Charge a customer. crash="before"/"after" kills the server around the effect."""
+    if crash == "before":
+        os._exit(3)
+
+    def do(entries: list[dict[str, Any]], append: Any) -> Charge:
+        for e in entries:
+            if e["op"] == "charge" and idempotency_key and e.get("key") == idempotency_key:
+                return {"charge_id": e["id"], "customer": e["customer"], "amount": e["amount"]}
+        cid = f"ch_{sum(1 for e in entries if e['op'] == 'charge') + 1}"
+        append({"op": "charge", "id": cid, "customer": customer, "amount": amount, "key": idempotency_key})
+        return {"charge_id": cid, "customer": customer, "amount": amount}
+
+    out = _locked(do)
+    if crash == "after":
+        os._exit(3)
+    return out
+
+
+@mcp.tool()
+def refund(charge_id: str, idempotency_key: str = "") -> Refund:
+    """Refund a charge (once: a second refund with another key is refused)."""
+
+    def do(entries: list[dict[str, Any]], append: Any) -> Refund:
+        if not any(e["op"] == "charge" and e["id"] == charge_id for e in entries):
+            raise ValueError(f"no such charge: {charge_id}")
+        for e in entries:
+            if e["op"] == "refund" and e["charge"] == charge_id:
+                if idempotency_key and e.get("key") == idempotency_key:
+                    return {"refund_id": e["id"], "charge_id": charge_id}
+                raise ValueError("charge_already_refunded")
+        rid = f"re_{sum(1 for e in entries if e['op'] == 'refund') + 1}"
+        append({"op": "refund", "id": rid, "charge": charge_id, "key": idempotency_key})
+        return {"refund_id": rid, "charge_id": charge_id}
+
+    result: Refund = _locked(do)
+    return result
+
+
+@mcp.tool()
+def find_charge(idempotency_key: str) -> Found:
+    """Look a charge up by the idempotency key it was made with."""
+
+    def do(entries: list[dict[str, Any]], append: Any) -> Found:
+        for e in entries:
+            if e["op"] == "charge" and idempotency_key and e.get("key") == idempotency_key:
+                return {"found": True, "charge_id": e["id"]}
+        return {"found": False, "charge_id": ""}
+
+    result: Found = _locked(do)
+    return result
+
+
+@mcp.tool()
+def decline(customer: str, amount: int) -> Charge:
+    """A charge the card issuer declines: raises before any effect."""
+    raise ValueError("card_declined")
+
+
+@mcp.tool()
+def create_file(name: str, content: str) -> dict[str, str]:
+    """Create a file (recorded in the ledger). Returns plain JSON text, not structured."""
+    _locked(lambda entries, append: append({"op": "create", "name": name, "content": content}))
+    return {"path": name}
+
+
+@mcp.tool()
+def delete_file(path: str, idempotency_key: str = "") -> str:
+    """Delete a file created by create_file."""
+    _locked(lambda entries, append: append({"op": "delete", "name": path, "key": idempotency_key}))
+    return f"deleted {path}"
+
+
+@mcp.tool()
+def send_email(to: str, body: str) -> str:
+    """Send an e-mail: cannot be unsent."""
+    _locked(lambda entries, append: append({"op": "email", "to": to, "body": body}))
+    return f"sent to {to}"
+
+
+@mcp.tool()
+def balance(customer: str) -> int:
+    """Read-only: the customer's net charges."""
+
+    def do(entries: list[dict[str, Any]], append: Any) -> int:
+        refunded = {e["charge"] for e in entries if e["op"] == "refund"}
+        return sum(
+            e["amount"]
+            for e in entries
+            if e["op"] == "charge" and e["customer"] == customer and e["id"] not in refunded
+        )
+
+    result: int = _locked(do)
+    return result
+
+
+@mcp.tool()
+def whoami() -> dict[str, int]:
+    """This server's pid and its parent's (the proxy's)."""
+    return {"pid": os.getpid(), "ppid": os.getppid()}
+
+
+@mcp.tool()
+def drop_everything() -> str:
+    """A dangerous tool the test policies never declare."""
+    _locked(lambda entries, append: append({"op": "dropped"}))
+    return "dropped"
+
+
+@mcp.tool()
+async def count(n: int, ctx: Context) -> str:  # type: ignore[type-arg]
+    """Count to n, reporting progress and logging as it goes."""
+    for i in range(1, n + 1):
+        await ctx.report_progress(i, n, f"step {i}")
+        await ctx.info(f"counted {i}")
+    return f"counted to {n}"
+
+
+@mcp.tool()
+async def wait_for_cancel(tag: str) -> str:
+    """Wait until cancelled (records the cancellation in the ledger)."""
+    try:
+        await asyncio.sleep(60)
+    except anyio.get_cancelled_exc_class():
+        _locked(lambda entries, append: append({"op": "cancelled", "tag": tag}))
+        raise
+    return "not cancelled"
+
+
+@mcp.tool()
+def big(size: int) -> str:
+    """A large text result."""
+    return ("0123456789abcdef" * (size // 16 + 1))[:size]
+
+
+@mcp.tool()
+def echo(value: str) -> str:
+    """Return the value (for the benchmark)."""
+    return value
+
+
+@mcp.resource("ledger://entries")
+def entries() -> str:
+    """The ledger as JSON."""
+    return json.dumps(_locked(lambda entries, append: entries))
+
+
+@mcp.prompt()
+def refund_request(charge_id: str) -> str:
+    """A prompt asking for a refund."""
+    return f"Please refund {charge_id} and tell the customer."
+
+
+if __name__ == "__main__":
+    mcp.run()

@@ -69,7 +69,15 @@ def charge(customer: str, amount: int, idempotency_key: str = "", crash: str = "
             if e["op"] == "charge" and idempotency_key and e.get("key") == idempotency_key:
                 return {"charge_id": e["id"], "customer": e["customer"], "amount": e["amount"]}
         cid = f"ch_{sum(1 for e in entries if e['op'] == 'charge') + 1}"
-        append({"op": "charge", "id": cid, "customer": customer, "amount": amount, "key": idempotency_key})
+        append(
+            {
+                "op": "charge",
+                "id": cid,
+                "customer": customer,
+                "amount": amount,
+                "key": idempotency_key,
+            }
+        )
         return {"charge_id": cid, "customer": customer, "amount": amount}
 
     out = _locked(do)
@@ -119,9 +127,11 @@ def decline(customer: str, amount: int) -> Charge:
 
 
 @mcp.tool()
-def create_file(name: str, content: str) -> dict[str, str]:
+def create_file(name: str, content: str, crash: str = "") -> dict[str, str]:
     """Create a file (recorded in the ledger). Returns plain JSON text, not structured."""
     _locked(lambda entries, append: append({"op": "create", "name": name, "content": content}))
+    if crash == "after":
+        os._exit(3)
     return {"path": name}
 
 
@@ -186,6 +196,13 @@ async def wait_for_cancel(tag: str) -> str:
         _locked(lambda entries, append: append({"op": "cancelled", "tag": tag}))
         raise
     return "not cancelled"
+
+
+@mcp.tool()
+async def ask_roots(ctx: Context) -> list[str]:  # type: ignore[type-arg]
+    """Ask the client for its roots (a request from the server to the client)."""
+    roots = await ctx.session.list_roots()
+    return [str(r.uri) for r in roots.roots]
 
 
 @mcp.tool()

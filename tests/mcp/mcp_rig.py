@@ -11,17 +11,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+from mcp import ClientSession, StdioServerParameters
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "ledger_server.py"
@@ -52,16 +55,29 @@ semantics = "reversible"
 [tools.wait_for_cancel]
 semantics = "reversible"
 
+[tools.ask_roots]
+semantics = "reversible"
+
 [tools.charge]
 semantics = "compensable"
 idempotency_key_argument = "idempotency_key"
 limits = { amount = 10000 }
-compensate = { tool = "refund", arguments = { charge_id = "$.result.charge_id" }, idempotency_key_argument = "idempotency_key" }
-resolver = { tool = "find_charge", arguments = { idempotency_key = "$.idempotency_key" }, landed = "$.result.found" }
+
+[tools.charge.compensate]
+tool = "refund"
+arguments = { charge_id = "$.result.charge_id" }
+idempotency_key_argument = "idempotency_key"
+
+[tools.charge.resolver]
+tool = "find_charge"
+arguments = { idempotency_key = "$.idempotency_key" }
+landed = "$.result.found"
 
 [tools.create_file]
 semantics = "compensable"
-compensate = { tool = "delete_file", arguments = { path = "$.result.path" }, idempotency_key_argument = "idempotency_key" }
+compensate.tool = "delete_file"
+compensate.arguments = { path = "$.result.path" }
+compensate.idempotency_key_argument = "idempotency_key"
 
 [tools.decline]
 semantics = "compensable"
@@ -108,12 +124,14 @@ class Rig:
         )
 
     @contextlib.asynccontextmanager
-    async def client(self, *args: str, **kw: Any) -> AsyncIterator[ClientSession]:
+    async def client(
+        self, *args: str, session_kw: dict[str, Any] | None = None, **kw: Any
+    ) -> AsyncIterator[ClientSession]:
         """An initialized SDK client session through the proxy."""
-        errlog = open(self.tmp / "proxy.stderr", "a", encoding="utf-8")  # noqa: SIM115
+        errlog = open(self.tmp / "proxy.stderr", "a", encoding="utf-8")  # noqa: SIM115, ASYNC230
         try:
             async with stdio_client(self.params(*args, **kw), errlog=errlog) as (r, w):
-                async with ClientSession(r, w) as session:
+                async with ClientSession(r, w, **(session_kw or {})) as session:
                     await session.initialize()
                     yield session
         finally:
@@ -143,7 +161,14 @@ class Rig:
 
     def recoveryd(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(BIN / "saga-recoveryd"), "--wal-path", self.wal, "--import", "agent_saga.mcp", *args],
+            [
+                str(BIN / "saga-recoveryd"),
+                "--wal-path",
+                self.wal,
+                "--import",
+                "agent_saga.mcp",
+                *args,
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -162,6 +187,71 @@ class Rig:
         assert out.returncode == 0, out.stderr
         result: list[dict[str, Any]] = json.loads(out.stdout)
         return result
+
+
+class Raw:
+    """A bare JSON-RPC peer over a child's stdio: sends and reads exact bytes."""
+
+    def __init__(self, argv: list[str], rig: Rig, name: str) -> None:
+        self._err = open(rig.tmp / f"{name}.stderr", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            env=rig.env,
+            cwd=rig.tmp,
+        )
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(b"")
+
+    def send(self, message: Any) -> None:
+        data = message if isinstance(message, bytes) else json.dumps(message).encode()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float = 30) -> bytes:
+        line = self._lines.get(timeout=timeout)
+        if not line:
+            raise AssertionError("the peer closed its stdout")
+        return line
+
+    def answers(self, ids: list[Any], timeout: float = 30) -> tuple[dict[str, bytes], list[bytes]]:
+        """Read until every id in ``ids`` is answered: (answers by repr(id), other lines)."""
+        want = {repr(i) for i in ids}
+        got: dict[str, bytes] = {}
+        other: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while want - set(got):
+            line = self.read(max(0.1, deadline - time.monotonic()))
+            msg = json.loads(line)
+            if "id" in msg and "method" not in msg:
+                key = repr(msg["id"])
+                assert key not in got, f"id {key} answered twice"
+                got[key] = line
+            else:
+                other.append(line)
+        return got, other
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            self._err.close()
 
 
 def wait_for(check: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition") -> Any:
@@ -185,7 +275,11 @@ def pid_alive(pid: int) -> bool:
 
 
 def make_rig(tmp_path: Path) -> Rig:
-    env = {k: v for k, v in os.environ.items() if k not in ("AGENT_SAGA_WAL_KEY", "AGENT_SAGA_WAL_PATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("AGENT_SAGA_WAL_KEY", "AGENT_SAGA_WAL_PATH")
+    }
     env["HOME"] = str(tmp_path)  # nothing the SDK or a server writes lands in the real $HOME
     return Rig(tmp_path, str(tmp_path / "mcp.wal"), tmp_path / "ledger.jsonl", env)
 

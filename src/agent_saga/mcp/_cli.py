@@ -88,7 +88,8 @@ def run(
         policy = load_policy(policy_file)
         command = list(server_command)
         for name in policy.todos:
-            _say(f"tool {name!r} still has a todo in {policy.file}; it runs as {policy.tools[name].semantics.value}")
+            semantics = policy.tools[name].semantics.value
+            _say(f"tool {name!r} still has a todo in {policy.file}; it runs as {semantics}")
         for module in policy.saga.imports:
             try:
                 importlib.import_module(module)

@@ -41,7 +41,9 @@ class ClientIO:
     async def open(self) -> None:
         """Start reading; set up the writer."""
         loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read, args=(loop,), name="mcp-client-stdin", daemon=True).start()
+        threading.Thread(
+            target=self._read, args=(loop,), name="mcp-client-stdin", daemon=True
+        ).start()
         try:
             transport, protocol = await loop.connect_write_pipe(
                 asyncio.streams.FlowControlMixin, self._stdout

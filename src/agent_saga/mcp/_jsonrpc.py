@@ -68,7 +68,9 @@ def is_request(msg: Any) -> bool:
 def is_response(msg: Any) -> bool:
     """A response: has an id and a result or an error, and no method."""
     return (
-        isinstance(msg, dict) and "method" not in msg and "id" in msg
+        isinstance(msg, dict)
+        and "method" not in msg
+        and "id" in msg
         and ("result" in msg or "error" in msg)
     )
 
@@ -121,7 +123,9 @@ def text_of(result: Any) -> str:
     parts = [
         item["text"]
         for item in result.get("content") or []
-        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str)
+        if isinstance(item, dict)
+        and item.get("type") == "text"
+        and isinstance(item.get("text"), str)
     ]
     return "\n".join(parts)
 

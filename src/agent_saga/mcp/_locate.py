@@ -25,6 +25,17 @@ __all__ = ["Locator", "json_locator", "toml_locator"]
 Key = tuple[str | int, ...]
 
 _BARE: Final = re.compile(r"[A-Za-z0-9_-]+")
+_DECODER: Final = json.JSONDecoder()
+
+
+def _string(text: str, quote: int) -> tuple[str, int]:
+    """The JSON (or TOML basic) string starting at ``text[quote] == '"'``, and its end."""
+    value, end = _DECODER.raw_decode(text, quote)
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    return value, end
+
+
 _WS: Final = re.compile(r"[ \t]*")
 
 
@@ -103,7 +114,7 @@ def json_locator(text: str) -> Locator:
                 return pos + 1
             while True:
                 key_at = pos
-                key, pos = json.decoder.scanstring(text, pos + 1)
+                key, pos = _string(text, pos)
                 lines[(*path, key)] = line_at(key_at)
                 pos = skip(pos)  # ':'
                 pos = value(pos + 1, (*path, key))
@@ -143,8 +154,8 @@ def _key(line: str, pos: int) -> tuple[list[str], int] | None:
         ch = line[pos]
         if ch == '"':
             try:
-                part, pos = json.decoder.scanstring(line, pos + 1)
-            except json.JSONDecodeError:
+                part, pos = _string(line, pos)
+            except (json.JSONDecodeError, TypeError):
                 return None
         elif ch == "'":
             end = line.find("'", pos + 1)
@@ -174,8 +185,8 @@ def _inline_keys(line: str, start: int, base: Key, lines: dict[Key, int], n: int
         ch = line[i]
         if ch == '"':
             try:
-                _, i = json.decoder.scanstring(line, i + 1)
-            except json.JSONDecodeError:
+                _, i = _string(line, i)
+            except (json.JSONDecodeError, TypeError):
                 return
             continue
         if ch == "'":

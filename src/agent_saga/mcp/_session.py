@@ -22,7 +22,8 @@ from typing import Any
 from .. import saga
 from .._runtime import Scope
 from ..errors import CompensationFailed, LeaseLost
-from ..gate import Approver, Policy as GatePolicy
+from ..gate import Approver
+from ..gate import Policy as GatePolicy
 
 __all__ = ["OpenSaga", "SagaSummary"]
 
@@ -89,12 +90,10 @@ class OpenSaga:
         policies: Iterable[GatePolicy],
         lease_seconds: float,
     ) -> None:
-        self._options = {
-            "wal_path": wal_path,
-            "approver": approver,
-            "policies": tuple(policies),
-            "lease_seconds": lease_seconds,
-        }
+        self._wal_path = wal_path
+        self._approver = approver
+        self._policies = tuple(policies)
+        self._lease_seconds = lease_seconds
         self.name = name
         self.id = ""
         self._context: contextvars.Context | None = None
@@ -129,7 +128,8 @@ class OpenSaga:
         On rollback, durable calls still in flight are cancelled by the engine and
         settled like any call of unknown outcome.
         """
-        assert self._decision is not None and self._owner is not None
+        assert self._decision is not None
+        assert self._owner is not None
         self.ending = True
         if commit and self.tasks:
             await asyncio.wait(set(self.tasks))
@@ -141,7 +141,13 @@ class OpenSaga:
         summary = SagaSummary("")
         assert self._decision is not None
         try:
-            async with saga(self.name, **self._options) as scope:  # type: ignore[arg-type]
+            async with saga(
+                self.name,
+                wal_path=self._wal_path,
+                approver=self._approver,
+                policies=self._policies,
+                lease_seconds=self._lease_seconds,
+            ) as scope:
                 self._scope = scope
                 self.id = summary.saga_id = scope.id
                 self._context = contextvars.copy_context()

@@ -136,7 +136,7 @@ class ToolRunner:
             "tool": tp.compensate.tool,
             "arguments": dict(tp.compensate.arguments),
             "key_argument": tp.compensate.idempotency_key_argument,
-            "timeout": tp.compensate.timeout_seconds,
+            "timeout_seconds": tp.compensate.timeout_seconds,
             "success_on_tool_error_text": list(tp.compensate.success_on_tool_error_text),
         }
         server, session = self.server, self.session
@@ -170,7 +170,7 @@ class ToolRunner:
                         "tool": tp.resolver.tool,
                         "arguments": dict(tp.resolver.arguments),
                         "landed": tp.resolver.landed,
-                        "timeout": tp.resolver.timeout_seconds,
+                        "timeout_seconds": tp.resolver.timeout_seconds,
                     },
                     "compensate": comp_spec,
                 }
@@ -203,7 +203,9 @@ class ToolRunner:
             line = call.raw
             if key_arg and idempotency_key and key_arg not in sent_args:
                 sent_args[key_arg] = idempotency_key
-                line = J.encode({**call.msg, "params": {**call.msg["params"], "arguments": sent_args}})
+                line = J.encode(
+                    {**call.msg, "params": {**call.msg["params"], "arguments": sent_args}}
+                )
             if call.cancelled.is_set():
                 raise McpNoEffect(
                     f"the client cancelled {tp.name!r} before it was sent", tool=tp.name
@@ -230,18 +232,18 @@ async def _answer(
     up: Upstream,
     call: CallContext,
     fut: asyncio.Future[tuple[bytes, Any]],
-    timeout: float,
+    seconds: float,
     grace: float,
     name: str,
 ) -> tuple[bytes, Any]:
     """Wait for the server's answer; after a client cancel, only ``grace`` seconds more."""
-    cancel_wait = asyncio.ensure_future(call.cancelled.wait())
+    cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(call.cancelled.wait())
     try:
-        done, _ = await asyncio.wait(
-            {fut, cancel_wait}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
+        waiting: set[asyncio.Future[Any]] = {fut, cancel_wait}
+        done, _ = await asyncio.wait(waiting, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         if fut not in done and cancel_wait in done:
-            done, _ = await asyncio.wait({fut}, timeout=grace)
+            only: set[asyncio.Future[Any]] = {fut}
+            done, _ = await asyncio.wait(only, timeout=grace)
             if fut not in done:
                 _abandon(fut, call.rid)
                 raise McpTimeout(
@@ -251,9 +253,9 @@ async def _answer(
                 )
         if fut not in done:
             _abandon(fut, call.rid)
-            await up.cancel(call.rid, f"agent-saga: no answer within {timeout:g} s")
+            await up.cancel(call.rid, f"agent-saga: no answer within {seconds:g} s")
             raise McpTimeout(
-                f"{up.label} did not answer {name!r} within {timeout:g} s; the call may still land",
+                f"{up.label} did not answer {name!r} within {seconds:g} s; the call may still land",
                 tool=name,
             )
         return fut.result()
@@ -307,4 +309,3 @@ def _warn(text: str) -> None:
     with contextlib.suppress(Exception):
         sys.stderr.write(f"agent-saga mcp: {text}\n")
         sys.stderr.flush()
-

@@ -62,7 +62,10 @@ def _value(value: Any) -> str:
 
 
 def dumps(
-    data: Mapping[str, Any], *, max_depth: int = 3, comments: Mapping[tuple[str, ...], list[str]] | None = None
+    data: Mapping[str, Any],
+    *,
+    max_depth: int = 3,
+    comments: Mapping[tuple[str, ...], list[str]] | None = None,
 ) -> str:
     """Serialise ``data`` as TOML.
 

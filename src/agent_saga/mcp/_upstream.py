@@ -179,7 +179,8 @@ class Upstream:
 
     async def _read(self) -> None:
         proc = self._proc
-        assert proc is not None and proc.stdout is not None
+        assert proc is not None
+        assert proc.stdout is not None
         try:
             while True:
                 try:
@@ -253,12 +254,12 @@ class Upstream:
         """Stop waiting for ``rid``'s answer (a late answer is then dropped)."""
         self._waiting.pop(J.id_key(rid), None)
 
-    async def request(self, method: str, params: Any, timeout: float) -> Any:
+    async def request(self, method: str, params: Any, seconds: float) -> Any:
         """Make a request of the proxy's own and return its ``result``.
 
         Raises:
             McpRequestFailed: the server answered with an error.
-            McpTimeout: no answer within ``timeout`` (a cancellation is sent).
+            McpTimeout: no answer within ``seconds`` (a cancellation is sent).
             McpServerExited: the server is gone.
         """
         rid = own_id()
@@ -266,12 +267,12 @@ class Upstream:
         assert fut is not None
         await self.send(J.request(rid, method, params))
         try:
-            _, msg = await asyncio.wait_for(asyncio.shield(fut), timeout)
+            _, msg = await asyncio.wait_for(asyncio.shield(fut), seconds)
         except TimeoutError:
             self.forget(rid)
-            await self.cancel(rid, f"no answer within {timeout:g} s")
+            await self.cancel(rid, f"no answer within {seconds:g} s")
             raise McpTimeout(
-                f"{self.label} did not answer {method} within {timeout:g} s", tool=method
+                f"{self.label} did not answer {method} within {seconds:g} s", tool=method
             ) from None
         except asyncio.CancelledError:
             self.forget(rid)
@@ -298,7 +299,7 @@ class Upstream:
         self,
         tool: str,
         arguments: Mapping[str, Any],
-        timeout: float,
+        seconds: float,
         *,
         ok_on_error_text: Sequence[str] = (),
     ) -> Any:
@@ -311,7 +312,7 @@ class Upstream:
         """
         try:
             result = await self.request(
-                "tools/call", {"name": tool, "arguments": dict(arguments)}, timeout
+                "tools/call", {"name": tool, "arguments": dict(arguments)}, seconds
             )
         except McpCallFailed as exc:
             exc.tool = tool
@@ -327,7 +328,7 @@ class Upstream:
             )
         return result
 
-    async def initialize(self, timeout: float = 30.0) -> Any:
+    async def initialize(self, seconds: float = 30.0) -> Any:
         """The client side of the MCP handshake, for a server the proxy talks to alone."""
         result = await self.request(
             "initialize",
@@ -336,7 +337,7 @@ class Upstream:
                 "capabilities": {},
                 "clientInfo": {"name": "agent-saga", "version": __version__},
             },
-            timeout,
+            seconds,
         )
         await self.send(J.notification("notifications/initialized"))
         return result

@@ -76,7 +76,7 @@ def compensation(
     """The ``mcp.call`` compensation for a call, built from the policy's template.
 
     Args:
-        spec: ``{"tool", "arguments" (template), "key_argument", "timeout",
+        spec: ``{"tool", "arguments" (template), "key_argument", "timeout_seconds",
             "success_on_tool_error_text"}``.
         server: The server spec's logged form.
         session: The proxy session, to use its live connection in-process.
@@ -94,7 +94,7 @@ def compensation(
             "tool": spec["tool"],
             "arguments": render(spec["arguments"], context),
             "key_argument": spec.get("key_argument"),
-            "timeout": spec.get("timeout", 60.0),
+            "timeout_seconds": spec.get("timeout_seconds", 60.0),
             "success_on_tool_error_text": list(spec.get("success_on_tool_error_text", [])),
         },
     )
@@ -108,7 +108,7 @@ async def call(
     arguments: Mapping[str, Any],
     session: str | None = None,
     key_argument: str | None = None,
-    timeout: float = 60.0,
+    timeout_seconds: float = 60.0,
     success_on_tool_error_text: Sequence[str] = (),
     idempotency_key: str | None = None,
 ) -> None:
@@ -122,7 +122,7 @@ async def call(
             used while it is alive in this process).
         key_argument: The argument that receives ``idempotency_key``, if any (a
             value the arguments already hold is kept).
-        timeout: Seconds one attempt may take.
+        timeout_seconds: Seconds one attempt may take.
         success_on_tool_error_text: Tool-error texts that mean "already undone".
         idempotency_key: The step's recovery token (passed by agent-saga).
 
@@ -137,7 +137,7 @@ async def call(
         server,
         session,
         lambda up: up.call_tool(
-            tool, args, float(timeout), ok_on_error_text=tuple(success_on_tool_error_text)
+            tool, args, float(timeout_seconds), ok_on_error_text=tuple(success_on_tool_error_text)
         ),
     )
 
@@ -178,12 +178,16 @@ async def resolve(
     result = await _with_server(
         info["server"],
         info.get("session"),
-        lambda up: up.call_tool(spec["tool"], lookup_args, float(spec.get("timeout", 60.0))),
+        lambda up: up.call_tool(
+            spec["tool"], lookup_args, float(spec.get("timeout_seconds", 60.0))
+        ),
     )
     data = J.structured(result)
     content = result.get("content") if isinstance(result, dict) else None
     try:
-        landed = evaluate(spec["landed"], {"result": data, "content": content, "arguments": arguments})
+        landed = evaluate(
+            spec["landed"], {"result": data, "content": content, "arguments": arguments}
+        )
     except PathError as exc:
         return Resolution.undecided(f"{spec['tool']!r} did not say: {exc}")
     if landed is False:

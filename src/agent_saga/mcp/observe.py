@@ -33,7 +33,7 @@ from . import _toml
 from .errors import PolicyError
 from .policy import GENERATED_BY
 
-__all__ = ["Observer", "TODO"]
+__all__ = ["TODO", "Observer"]
 
 TODO: Final = (
     "classify this tool: 'reversible' if it only reads, 'compensable' with a compensate "
@@ -167,13 +167,15 @@ class Observer:
     def write(self) -> None:
         """Write the skeleton atomically (temporary file, fsync, rename)."""
         if self.toml:
-            comments = {
+            comments: dict[tuple[str, ...], list[str]] = {
                 ("tools", name): [f"observed: {json.dumps(name, ensure_ascii=False)}"]
                 for name in self.data["tools"]
             }
             text = (
-                _toml.comment("agent-saga mcp policy skeleton, written by --observe. Complete "
-                              "every todo, then run without --observe.")
+                _toml.comment(
+                    "agent-saga mcp policy skeleton, written by --observe. Complete "
+                    "every todo, then run without --observe."
+                )
                 + "\n"
                 + _toml.dumps(self.data, comments=comments)
             )
@@ -191,4 +193,3 @@ class Observer:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-

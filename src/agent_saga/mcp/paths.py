@@ -45,12 +45,13 @@ __all__ = [
     "evaluate",
     "is_path",
     "parse_path",
-    "template_paths",
     "render",
+    "template_paths",
 ]
 
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _INDEX: Final = re.compile(r"\[(0|[1-9][0-9]*)\]")
+_DECODER: Final = json.JSONDecoder()
 
 
 class PathError(SagaError):
@@ -170,18 +171,18 @@ def parse_path(text: str) -> Path:
                 continue
             if text.startswith('["', i):
                 try:
-                    name, end = json.decoder.scanstring(text, i + 2)
+                    name, end = _DECODER.raw_decode(text, i + 1)
                 except json.JSONDecodeError:
                     raise PathError(
                         f"{text!r}: unterminated string at position {i + 1}", path=text
                     ) from None
-                if not text.startswith("]", end):
+                if not isinstance(name, str) or not text.startswith("]", end):
                     raise PathError(f"{text!r}: expected ']' at position {end}", path=text)
                 selectors.append(name)
                 i = end + 1
                 continue
             raise PathError(
-                f"{text!r}: expected [N] (N >= 0) or [\"name\"] at position {i}", path=text
+                f'{text!r}: expected [N] (N >= 0) or ["name"] at position {i}', path=text
             )
         else:
             raise PathError(

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .._types import ActionSemantics
-from ..gate import ApprovalRequest, MaxSideEffects, Policy as GatePolicy
+from ..gate import ApprovalRequest, MaxSideEffects
+from ..gate import Policy as GatePolicy
 from ..secrets import find_secrets
 from ._locate import Key, Locator, json_locator, toml_locator
 from .errors import PolicyError
@@ -482,6 +483,16 @@ class _Checker:
         """Refuse any value that looks like a credential (it would reach the log)."""
         if isinstance(value, dict):
             for key, item in value.items():
+                if where[:2] == ("server", "env") and isinstance(item, str) and len(where) == 3:
+                    # A reference's name ({ credential = "stripe_prod" }): judged by shape.
+                    found = find_secrets(item)
+                    if found:
+                        raise self.fail(
+                            (*where, key),
+                            f"looks like a credential ({found[0].kind}), not the name of "
+                            "one; the value is withheld",
+                        )
+                    continue
                 if isinstance(item, dict | list) and item:
                     self.secrets(item, (*where, key))
                     continue
@@ -532,7 +543,7 @@ class _Checker:
             ref = self.table(spec, at, frozenset({"env", "credential"}))
             if len(ref) != 1:
                 raise self.fail(at, 'must be a string, { env = "NAME" } or { credential = "name" }')
-            (kind, target), = ref.items()
+            ((kind, target),) = ref.items()
             target = self.string(target, (*at, kind))
             if kind == "env" and not _ENV_NAME.fullmatch(target):
                 raise self.fail((*at, kind), "is not a valid environment variable name")
@@ -645,7 +656,9 @@ class _Checker:
             timeout = self.number(t["timeout_seconds"], (*where, "timeout_seconds"))
         key_arg = None
         if "idempotency_key_argument" in t:
-            key_arg = self.string(t["idempotency_key_argument"], (*where, "idempotency_key_argument"))
+            key_arg = self.string(
+                t["idempotency_key_argument"], (*where, "idempotency_key_argument")
+            )
             if semantics is ActionSemantics.REVERSIBLE:
                 raise self.fail(
                     (*where, "idempotency_key_argument"),
@@ -689,13 +702,17 @@ class _Checker:
         )
         key_arg = None
         if "idempotency_key_argument" in t:
-            key_arg = self.string(t["idempotency_key_argument"], (*where, "idempotency_key_argument"))
+            key_arg = self.string(
+                t["idempotency_key_argument"], (*where, "idempotency_key_argument")
+            )
         timeout = 60.0
         if "timeout_seconds" in t:
             timeout = self.number(t["timeout_seconds"], (*where, "timeout_seconds"))
         ok: tuple[str, ...] = ()
         if "success_on_tool_error_text" in t:
-            ok = self.strings(t["success_on_tool_error_text"], (*where, "success_on_tool_error_text"))
+            ok = self.strings(
+                t["success_on_tool_error_text"], (*where, "success_on_tool_error_text")
+            )
         return CompensateSpec(tool, args, key_arg, timeout, ok)
 
     def resolver(self, value: Any, where: Key) -> ResolverSpec:
@@ -704,8 +721,7 @@ class _Checker:
             if key not in t:
                 raise self.fail(
                     where,
-                    "needs tool = the lookup tool and landed = a path to true/false in "
-                    "its result",
+                    "needs tool = the lookup tool and landed = a path to true/false in its result",
                 )
         tool = self.string(t["tool"], (*where, "tool"))
         args = self.template(
@@ -713,7 +729,9 @@ class _Checker:
         )
         landed = t["landed"]
         if not is_path(landed):
-            raise self.fail((*where, "landed"), f"must be a path such as \"$.result.found\", got {landed!r}")
+            raise self.fail(
+                (*where, "landed"), f'must be a path such as "$.result.found", got {landed!r}'
+            )
         try:
             path = parse_path(landed)
         except PathError as exc:
@@ -729,14 +747,20 @@ class _Checker:
         codes: set[int] = set()
         raw = t.get("error_codes", [])
         if not isinstance(raw, list):
-            raise self.fail((*where, "error_codes"), f"must be a list of integers, got {_type(raw)}")
+            raise self.fail(
+                (*where, "error_codes"), f"must be a list of integers, got {_type(raw)}"
+            )
         for n, code in enumerate(raw):
             if isinstance(code, bool) or not isinstance(code, int):
-                raise self.fail((*where, "error_codes", n), f"must be an integer, got {_type(code)}")
+                raise self.fail(
+                    (*where, "error_codes", n), f"must be an integer, got {_type(code)}"
+                )
             codes.add(code)
         tool_error = t.get("tool_error", False)
         if not isinstance(tool_error, bool):
-            raise self.fail((*where, "tool_error"), f"must be true or false, got {_type(tool_error)}")
+            raise self.fail(
+                (*where, "tool_error"), f"must be true or false, got {_type(tool_error)}"
+            )
         texts: tuple[str, ...] = ()
         if "tool_error_text" in t:
             texts = self.strings(t["tool_error_text"], (*where, "tool_error_text"))
@@ -768,4 +792,3 @@ def _type(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
     return type(value).__name__
-

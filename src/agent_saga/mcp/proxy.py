@@ -237,7 +237,8 @@ class Proxy:
         assert self._stop is not None
         while True:
             get = asyncio.ensure_future(self.io.next_line())
-            done, _ = await asyncio.wait({get, self._stop}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {get, self._stop}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if get not in done:
                 get.cancel()
                 return self._stop.result()
@@ -256,21 +257,23 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     async def _forward(self, raw: bytes) -> None:
-        try:
+        with contextlib.suppress(McpServerExited):  # the session is ending; _server_gone says why
             await self.up.send(raw)
-        except McpServerExited:
-            pass  # the session is ending; _server_gone says why
 
     # -- client -> server ------------------------------------------------------------
 
     async def _from_client(self, raw: bytes) -> None:
         msg = J.decode(raw)
         if isinstance(msg, list):
-            if any(isinstance(m, dict) and m.get("method") in ("tools/call", "tools/list") for m in msg):
+            if any(
+                isinstance(m, dict) and m.get("method") in ("tools/call", "tools/list") for m in msg
+            ):
                 await self.io.write(
                     J.error_response(
-                        None, -32600, "agent-saga mcp needs tools/call and tools/list sent alone, "
-                        "not inside a JSON-RPC batch"
+                        None,
+                        -32600,
+                        "agent-saga mcp needs tools/call and tools/list sent alone, "
+                        "not inside a JSON-RPC batch",
                     )
                 )
                 return
@@ -285,7 +288,9 @@ class Proxy:
         elif "id" in msg and method in ("tools/list", "initialize"):
             fut = self.up.expect(msg["id"])
             if fut is None:
-                await self.io.write(J.error_response(msg["id"], -32600, "request id already in use"))
+                await self.io.write(
+                    J.error_response(msg["id"], -32600, "request id already in use")
+                )
                 return
             cursor = isinstance(msg.get("params"), dict) and msg["params"].get("cursor") is not None
             self._spawn(self._relay(str(method), msg["id"], fut, first_page=not cursor))
@@ -311,7 +316,9 @@ class Proxy:
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
-            await self.io.write(J.error_response(rid, -32602, "tools/call arguments must be an object"))
+            await self.io.write(
+                J.error_response(rid, -32602, "tools/call arguments must be an object")
+            )
             return
         key = J.id_key(rid)
         if key in self._calls:
@@ -375,13 +382,17 @@ class Proxy:
                 if settings.undeclared == "irreversible"
                 else "[agent-saga: not declared in the policy; calls are refused]"
             )
-            description = item.get("description") if isinstance(item.get("description"), str) else ""
+            description = (
+                item.get("description") if isinstance(item.get("description"), str) else ""
+            )
             shown.append({**item, "description": f"{note} {description}".strip()})
         if explicit and first_page:
             shown.extend(_INJECTED_DEFS)
             changed = True
         if not changed:
             return raw
+        assert isinstance(msg, dict)
+        assert isinstance(result, dict)
         return J.encode({**msg, "result": {**result, "tools": shown}})
 
     # -- tools/call ------------------------------------------------------------------
@@ -567,7 +578,7 @@ def _deny(request: ApprovalRequest) -> Decision:
     """``[saga] approver = "deny"``: every IRREVERSIBLE call is refused."""
     return Decision.deny(
         "policy-deny",
-        f"{request.tool!r} is IRREVERSIBLE and the policy's approver is \"deny\"; set [saga] "
+        f'{request.tool!r} is IRREVERSIBLE and the policy\'s approver is "deny"; set [saga] '
         'approver = "queue" to let a human approve such calls with `agent-saga approvals`',
     )
 
@@ -581,6 +592,8 @@ def _with_tools_capability(raw: bytes, msg: Any) -> bytes:
     caps = result.get("capabilities") if isinstance(result, dict) else None
     if not isinstance(caps, dict) or "tools" in caps:
         return raw
+    assert isinstance(msg, dict)
+    assert isinstance(result, dict)
     return J.encode({**msg, "result": {**result, "capabilities": {**caps, "tools": {}}}})
 
 
@@ -588,4 +601,3 @@ def _say(text: str) -> None:
     with contextlib.suppress(Exception):
         sys.stderr.write(f"agent-saga mcp: {text}\n")
         sys.stderr.flush()
-

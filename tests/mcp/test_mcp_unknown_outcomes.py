@@ -1,0 +1,59 @@
+"""A server that dies mid-call: the outcome is UNKNOWN, settled by the resolver or escalated."""
+
+from __future__ import annotations
+
+import pytest
+from mcp_rig import Rig, text
+
+pytestmark = pytest.mark.slow
+
+
+async def test_server_dying_after_the_effect_is_resolved_as_landed_and_undone(rig: Rig) -> None:
+    async with rig.client() as s:
+        await s.call_tool("charge", {"customer": "c1", "amount": 100})
+        lost = await s.call_tool("charge", {"customer": "c1", "amount": 200, "crash": "after"})
+    assert lost.isError
+    assert "exited" in text(lost)
+    charges = rig.ops("charge")
+    assert [c["amount"] for c in charges] == [100, 200]  # the second one did land
+    refunds = rig.ops("refund")
+    assert sorted(r["charge"] for r in refunds) == ["ch_1", "ch_2"]  # both undone, once each
+    # The server the proxy ran was dead: compensations and the lookup ran in fresh ones.
+    assert {r["pid"] for r in refunds}.isdisjoint({charges[0]["pid"]})
+    [run] = rig.runs()
+    assert run["outcome"] == "rolled_back"
+    assert rig.escalations() == []
+
+
+async def test_server_dying_before_the_effect_is_resolved_as_no_effect(rig: Rig) -> None:
+    async with rig.client() as s:
+        await s.call_tool("charge", {"customer": "c1", "amount": 100})
+        await s.call_tool("charge", {"customer": "c1", "amount": 200, "crash": "before"})
+    assert [c["amount"] for c in rig.ops("charge")] == [100]
+    assert [r["charge"] for r in rig.ops("refund")] == ["ch_1"]
+    [run] = rig.runs()
+    assert run["outcome"] == "rolled_back"
+    assert rig.escalations() == []  # the lookup said "not found": nothing to undo, no human
+
+
+async def test_unknown_outcome_without_a_resolver_is_escalated_not_guessed(rig: Rig) -> None:
+    async with rig.client() as s:
+        await s.call_tool("create_file", {"name": "a.txt", "content": "x", "crash": "after"})
+    assert len(rig.ops("create")) == 1
+    assert rig.ops("delete") == []  # never undone on a guess
+    [run] = rig.runs()
+    assert run["outcome"] == "escalated"
+    [esc] = rig.escalations()
+    assert "outcome unknown" in esc["reason"]
+    assert "create_file" in esc["reason"]
+
+
+async def test_an_error_the_policy_says_proves_no_effect_needs_no_undo(rig: Rig) -> None:
+    async with rig.client() as s:
+        declined = await s.call_tool("decline", {"customer": "c1", "amount": 5})
+    assert declined.isError
+    assert "card_declined" in text(declined)
+    [run] = rig.runs()
+    assert run["outcome"] == "committed"
+    assert [st["state"] for st in run["steps"]] == ["no_effect"]
+    assert rig.escalations() == []

@@ -451,9 +451,17 @@ def _process_level(path: str, n: int, seconds: float, procs: int) -> dict[str, A
     per = [n // procs + (1 if i < n % procs else 0) for i in range(procs)]
     children = [
         subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--child-level", path, str(k),
-             str(seconds)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--child-level",
+                path,
+                str(k),
+                str(seconds),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for k in per
     ]
@@ -525,9 +533,7 @@ def _concurrency(p: Params, directory: str) -> dict[str, Any]:
             # CPython runs one thread at a time: one process uses one core. The WAL is
             # built for several writer processes, so the top level also runs spread
             # over one process per core.
-            row["processes"] = _process_level(
-                path, n, p.level_seconds, max(2, os.cpu_count() or 2)
-            )
+            row["processes"] = _process_level(path, n, p.level_seconds, max(2, os.cpu_count() or 2))
         row["raw_ceiling_steps_per_s"] = round(_raw_ceiling(directory, n, frames, p.raw_seconds))
         best = max(row["asyncio"]["steps_per_s"], row["threads"]["steps_per_s"])
         row["ratio_to_ceiling"] = round(best / row["raw_ceiling_steps_per_s"], 4)

@@ -59,8 +59,12 @@ class Found(TypedDict):
 
 
 @mcp.tool()
-def charge(customer: str, amount: int, idempotency_key: str = "", crash: str = "") -> Charge:
-    """Charge a customer. crash="before"/"after" kills the server around the effect."""
+async def charge(
+    customer: str, amount: int, idempotency_key: str = "", crash: str = "", delay: float = 0
+) -> Charge:
+    """Charge a customer. crash="before"/"after" kills the server around the effect;
+    delay makes a slow provider that already accepted the charge (it lands later, even
+    if the request is cancelled meanwhile)."""
     if crash == "before":
         os._exit(3)
 
@@ -80,7 +84,10 @@ def charge(customer: str, amount: int, idempotency_key: str = "", crash: str = "
         )
         return {"charge_id": cid, "customer": customer, "amount": amount}
 
-    out = _locked(do)
+    if delay:
+        asyncio.get_running_loop().call_later(delay, _locked, do)
+        await asyncio.sleep(delay + 0.2)
+    out: Charge = _locked(do)
     if crash == "after":
         os._exit(3)
     return out

@@ -45,6 +45,7 @@ async def test_observe_forwards_everything_and_writes_a_skeleton_a_human_complet
         "amount": "integer",
         "idempotency_key": "string",
         "crash": "string",
+        "delay": "number",
     }
     assert notes["description"].startswith("Charge a customer.")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mcp_rig import Rig, text
+from mcp_rig import POLICY, Rig, text, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -56,4 +56,24 @@ async def test_an_error_the_policy_says_proves_no_effect_needs_no_undo(rig: Rig)
     [run] = rig.runs()
     assert run["outcome"] == "committed"
     assert [st["state"] for st in run["steps"]] == ["no_effect"]
+    assert rig.escalations() == []
+
+
+async def test_a_call_that_times_out_is_unknown_and_settled_by_the_resolver(rig: Rig) -> None:
+    policy = rig.policy(
+        POLICY.replace(
+            'idempotency_key_argument = "idempotency_key"\nlimits',
+            'idempotency_key_argument = "idempotency_key"\ntimeout_seconds = 0.5\nlimits',
+        )
+    )
+    async with rig.client(*rig.proxy_args(policy)) as s:
+        slow = await s.call_tool("charge", {"customer": "c1", "amount": 300, "delay": 2})
+        assert slow.isError
+        assert "did not answer 'charge' within 0.5 s" in text(slow)
+        wait_for(lambda: rig.ops("charge"), what="the late charge to land")
+    [charge] = rig.ops("charge")  # it landed after the proxy gave up waiting
+    [refund] = rig.ops("refund")  # so the session's end found it and undid it
+    assert refund["charge"] == charge["id"]
+    [run] = rig.runs()
+    assert run["outcome"] == "committed"  # nothing else failed: the session committed
     assert rig.escalations() == []

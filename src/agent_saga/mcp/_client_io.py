@@ -1,18 +1,22 @@
 """The proxy's side facing the MCP client: lines in on stdin, lines out on stdout.
 
-Reading runs in a thread (a blocking ``readline`` on stdin works for pipes, files
-and terminals alike, and never switches the client's descriptor to non-blocking
-mode); the lines reach the event loop through a bounded queue, so a client that
-floods the proxy is slowed down rather than buffered without limit. Writing uses
-an asyncio pipe transport with ``drain()`` (a client that stops reading stalls
-the proxy's writes, not its memory); when stdout is not a pipe, a lock-protected
-blocking write.
+MCP clients connect the proxy with pipes; both directions then use asyncio pipe
+transports (no thread hop per message: on a busy 2-core machine each hop costs a
+context switch). Reading pauses when the buffer is full, so a client that floods the
+proxy is slowed down rather than buffered without limit; writing waits in
+``drain()``, so a client that stops reading stalls the proxy's writes, not its
+memory. When stdin is not a pipe (a file, a terminal), a thread reads it with a
+blocking ``readline`` — which never switches a shared terminal to non-blocking
+mode — and hands the lines over through a bounded queue; when stdout is not a pipe,
+writes are blocking and lock-protected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import stat
 import sys
 import threading
 from typing import BinaryIO
@@ -34,6 +38,8 @@ class ClientIO:
         self._stdin = stdin or sys.stdin.buffer
         self._stdout = stdout or sys.stdout.buffer
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=64)
+        self._reader: asyncio.StreamReader | None = None
+        self._eof = False
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
         self.closed = False
@@ -41,9 +47,17 @@ class ClientIO:
     async def open(self) -> None:
         """Start reading; set up the writer."""
         loop = asyncio.get_running_loop()
-        threading.Thread(
-            target=self._read, args=(loop,), name="mcp-client-stdin", daemon=True
-        ).start()
+        reader = asyncio.StreamReader(limit=J.MAX_LINE, loop=loop)
+        try:
+            if not stat.S_ISFIFO(os.fstat(self._stdin.fileno()).st_mode):
+                raise ValueError("not a pipe")
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._stdin)
+        except (ValueError, OSError):
+            threading.Thread(
+                target=self._read, args=(loop,), name="mcp-client-stdin", daemon=True
+            ).start()
+        else:
+            self._reader = reader
         try:
             transport, protocol = await loop.connect_write_pipe(
                 asyncio.streams.FlowControlMixin, self._stdout
@@ -70,11 +84,23 @@ class ClientIO:
 
     async def next_line(self) -> bytes | None:
         """The next line from the client (newline stripped), or None at end of input."""
-        line = await self._queue.get()
-        if line is None:
+        if self._reader is not None:
+            if self._eof:
+                return None
+            try:
+                line = await self._reader.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                sys.stderr.write("agent-saga mcp: a client message is too long; stopping\n")
+                line = b""
+            if not line:
+                self._eof = True
+                return None
+            return line.rstrip(b"\r\n")
+        queued = await self._queue.get()
+        if queued is None:
             self._queue.put_nowait(None)  # every later call sees the end too
             return None
-        return line.rstrip(b"\r\n")
+        return queued.rstrip(b"\r\n")
 
     async def write(self, line: bytes) -> None:
         """Send one message line to the client (dropped once the client is gone)."""

@@ -27,6 +27,7 @@ from .._types import Compensation, Resolution
 from ..errors import SagaUsageError
 from . import _jsonrpc as J
 from ._upstream import ServerSpec, Upstream, start_fresh
+from .errors import McpServerExited
 from .paths import PathError, evaluate, render
 
 __all__ = [
@@ -62,7 +63,12 @@ async def _with_server(
 ) -> T:
     live = _live.get(session) if isinstance(session, str) else None
     if live is not None and live.alive:
-        return await fn(live)
+        try:
+            return await fn(live)
+        except McpServerExited:
+            if live.alive:
+                raise
+            # It died under us (the proxy is ending because of it): a fresh one.
     up = await start_fresh(ServerSpec.from_json(server))
     try:
         return await fn(up)

@@ -42,7 +42,7 @@ def test_readme_first_example_declares_no_effect_on() -> None:
     assert "no_effect_on=(CardDeclined,)" in _example()
 
 
-def test_readme_says_a_raising_compensable_tool_fails_closed_where_it_promises_propagation() -> None:
+def test_readme_says_a_raising_compensable_tool_fails_closed_by_its_promise() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     promise = text.index("the **original exception propagates unchanged**")
     following = text[promise : promise + 1200]

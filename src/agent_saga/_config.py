@@ -1,4 +1,4 @@
-"""The one module that reads environment variables (STYLE §5).
+"""The one module that reads environment variables.
 
 Everything else receives configuration explicitly; these functions are only the
 fallbacks used when a caller passed nothing.

@@ -70,7 +70,8 @@ def test_the_readme_warns_against_installing_the_other_package_beside_it() -> No
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pip install sagaops-agent-saga" in readme
     assert "pip install 'sagaops-agent-saga[encryption]'" in readme
-    warning = readme[readme.index("unrelated") - 300 : readme.index("unrelated") + 600]
+    at = readme.index("unrelated")
+    warning = " ".join(readme[at - 300 : at + 600].split())
     assert "`agent-saga`" in warning
     assert "must not be installed" in warning
 

@@ -71,7 +71,7 @@ def test_the_readme_warns_against_installing_the_other_package_beside_it() -> No
     assert "pip install sagaops-agent-saga" in readme
     assert "pip install 'sagaops-agent-saga[encryption]'" in readme
     at = readme.index("unrelated")
-    warning = " ".join(readme[at - 300 : at + 600].split())
+    warning = " ".join(re.sub(r"\n> ?", "\n", readme[at - 300 : at + 600]).split())
     assert "`agent-saga`" in warning
     assert "must not be installed" in warning
 

@@ -248,13 +248,26 @@ def test_recoveryd_unexpected_exception_is_one_line_exit_70(tmp_path: Path) -> N
 
 
 def test_closed_stdout_is_quiet(tmp_path: Path) -> None:
-    (tmp_path / "x.wal").write_bytes(b"")
-    proc = run(
-        "sh",
-        "-c",
-        f"'{AGENT_SAGA}' runs --help | head -c 1 >/dev/null",
-        cwd=tmp_path,
-        env=user_env(),
+    """``agent-saga runs --json | head -c 1``: no error, no traceback, exit 141."""
+    from agent_saga.wal import records as r
+    from agent_saga.wal.format import encode_record
+
+    with open(tmp_path / "big.wal", "wb") as f:
+        for n in range(3000):  # ~1 MB of JSON: far more than a pipe buffer holds
+            f.write(
+                encode_record(
+                    {
+                        "type": r.SAGA_BEGIN,
+                        "saga": f"s{n}",
+                        "name": "x" * 100,
+                        "owner": "o",
+                        "ts": 1.0,
+                    }
+                )
+            )
+    script = (
+        f"set -o pipefail; '{AGENT_SAGA}' runs --json --wal-path big.wal | head -c 1 >/dev/null"
     )
-    assert proc.returncode == 0
+    proc = run("bash", "-c", script, cwd=tmp_path, env=user_env())
+    assert proc.returncode == 141
     assert proc.stderr == ""

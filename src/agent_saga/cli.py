@@ -4,10 +4,12 @@ Subcommands::
 
     agent-saga runs --wal-path P [--status S] [--json]
     agent-saga wal verify --wal-path P [--json]
+    agent-saga wal encrypt --wal-path P     (with AGENT_SAGA_WAL_KEY set)
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
     agent-saga escalations resolve ID --note TEXT [--by WHO] [--wal-path P]
+    agent-saga escalations retry ID --note TEXT [--by WHO] [--wal-path P]
     agent-saga approvals --wal-path P [--all] [--json]
     agent-saga approvals approve|deny ID --note TEXT [--by WHO] [--wal-path P]
     agent-saga ui ...            (not implemented yet)
@@ -28,9 +30,10 @@ Exit codes:
 
 Every command reads an existing log: none of them creates a file or a directory
 except ``wal compact`` (which needs ``<wal>.d/`` for its lock and writes the
-archive) and the deciding commands (``resolve``, ``approve``, ``deny``), which
-append one record. Values are printed exactly as they were recorded: the log holds
-credential *references*, never credentials, so nothing here needs to redact.
+archive), ``wal encrypt`` (which rewrites the log it was given) and the deciding
+commands (``resolve``, ``retry``, ``approve``, ``deny``), which append one record.
+Values are printed exactly as they were recorded: the log holds credential
+*references*, never credentials, so nothing here needs to redact.
 """
 
 from __future__ import annotations
@@ -306,16 +309,45 @@ def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .wal.encryption import encryptor_from_env
+    from .wal.migrate import encrypt_log
+
+    encryptor = encryptor_from_env()
+    if encryptor is None:
+        raise SagaUsageError(
+            "set AGENT_SAGA_WAL_KEY to the key to encrypt the log with (base64 of 32 bytes)"
+        )
+    report = encrypt_log(_wal_path(args), encryptor)
+    if report.already:
+        out.write(f"{report.path}: already encrypted with this key")
+    else:
+        out.write(
+            f"{report.path}: sealed {report.records} records "
+            f"({report.bytes_before} -> {report.bytes_after} bytes)"
+        )
+    out.write(f"; {report.snapshots} snapshot(s) re-stored sealed\n")
+    return EXIT_OK
+
+
 # ---- escalations -------------------------------------------------------------------
 
 
 def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .recovery.escalations import resolve_escalation
+    from .recovery.escalations import request_retry, resolve_escalation
     from .wal.state import fold_file
 
     if getattr(args, "esc_command", None) == "resolve":
         found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
         out.write(f"resolved {found.escalation} (saga {found.saga_id}, step {found.step})\n")
+        return EXIT_OK
+    if getattr(args, "esc_command", None) == "retry":
+        found = request_retry(_wal_path(args), args.id, note=args.note, by=args.by)
+        out.write(
+            f"retry of {found.escalation} requested (saga {found.saga_id}, step {found.step}); "
+            "the next `saga-recoveryd --once` (with the --import your handlers need) "
+            "retries it with the same recovery token\n"
+        )
         return EXIT_OK
     fold, damages = fold_file(_wal_path(args))
     items = fold.escalations() if args.all else fold.open_escalations()
@@ -403,10 +435,16 @@ def _cmd_ui(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # ---- parser -------------------------------------------------------------------------
 
 
-def _add_decision_options(p: argparse.ArgumentParser, id_help: str, note_help: str) -> None:
+def _add_decision_options(
+    p: argparse.ArgumentParser,
+    id_help: str,
+    note_help: str,
+    *,
+    by_help: str = "who decided (default: the OS user)",
+) -> None:
     p.add_argument("id", help=id_help)
     p.add_argument("--note", required=True, help=note_help)
-    p.add_argument("--by", default=None, help="who decided (default: the OS user)")
+    p.add_argument("--by", default=None, help=by_help)
     # Accepted after the action too (``approvals approve ID --wal-path P``).
     _add_wal_path(p, dest="action_wal_path")
 
@@ -479,6 +517,12 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
     compact.set_defaults(handler=_cmd_compact)
 
+    encrypt = wal_sub.add_parser(
+        "encrypt", help="encrypt a plaintext log and its snapshots in place (AGENT_SAGA_WAL_KEY)"
+    )
+    _add_wal_path(encrypt)
+    encrypt.set_defaults(handler=_cmd_encrypt)
+
     esc = sub.add_parser("escalations", help="list the human queue, or resolve an item")
     _add_wal_path(esc)
     esc.add_argument("--all", action="store_true", help="include resolved escalations")
@@ -491,6 +535,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Record, durably in the log, that a human dealt with an escalation.",
     )
     _add_decision_options(resolve, "the escalation id (esc-...)", "what was done or decided")
+    retry = esc_sub.add_parser(
+        "retry",
+        help="have saga-recoveryd try an escalated step again once its cause is fixed",
+        description="Record, durably in the log, that an escalated step may be retried: the "
+        "next saga-recoveryd pass runs it again with the same recovery token.",
+    )
+    _add_decision_options(
+        retry,
+        "the escalation id (esc-...)",
+        "what was fixed (recorded)",
+        by_help="who asks (default: the OS user)",
+    )
 
     apr = sub.add_parser("approvals", help="list approval requests, or approve/deny one")
     _add_wal_path(apr)

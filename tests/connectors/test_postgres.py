@@ -5,6 +5,7 @@ bad input refused before any side effect."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import sys
 import threading
 import time
@@ -304,18 +305,24 @@ def test_bad_input_is_refused_before_any_side_effect(
 ) -> None:
     before = rows(orders)
     wal = tmp_path / "bad.wal"
+    upd = functools.partial(pgc.update_row, pg_dsn, "orders")
+    now = dt.datetime.now(dt.UTC)
     cases: list[tuple[type[BaseException], str, Any]] = [
-        (InvalidTarget, "does not exist", lambda: pgc.update_row(pg_dsn, "nope", KEY, {"a": 1})),
-        (InvalidTarget, "no column 'colour'", lambda: pgc.update_row(pg_dsn, "orders", KEY, {"colour": 1})),
-        (InvalidTarget, "no row", lambda: pgc.update_row(pg_dsn, "orders", {**KEY, "n": 99}, {"status": "x"})),
-        (InvalidTarget, "several rows", lambda: pgc.update_row(pg_dsn, "orders", {"region": "eu"}, {"status": "x"})),
-        (InvalidTarget, "integer", lambda: pgc.update_row(pg_dsn, "orders", KEY, {"qty": "many"})),
-        (InvalidTarget, "already exists", lambda: pgc.insert_row(pg_dsn, "orders", {**KEY, "status": "dup"})),
-        (SagaUsageError, "datetime", lambda: pgc.update_row(pg_dsn, "orders", KEY, {"placed": dt.datetime.now(dt.UTC)})),
-        (SecretInKwargs, "Stripe", lambda: pgc.update_row(pg_dsn, "orders", KEY, {"note": SECRET})),
-        (SagaUsageError, "set_credential_resolver", lambda: pgc.update_row(CredentialRef("db"), "orders", KEY, {"note": "x"})),
-        (SagaUsageError, "CredentialRef", lambda: pgc.update_row(pg_dsn, "orders", KEY, {"note": "x"}, password="hunter2")),  # type: ignore[arg-type]
-    ]  # fmt: skip
+        (InvalidTarget, "does not exist", lambda: pgc.update_row(pg_dsn, "no", KEY, {"a": 1})),
+        (InvalidTarget, "no column 'colour'", lambda: upd(KEY, {"colour": 1})),
+        (InvalidTarget, "no row", lambda: upd({**KEY, "n": 99}, {"status": "x"})),
+        (InvalidTarget, "several rows", lambda: upd({"region": "eu"}, {"status": "x"})),
+        (InvalidTarget, "integer", lambda: upd(KEY, {"qty": "many"})),
+        (InvalidTarget, "already exists", lambda: pgc.insert_row(pg_dsn, "orders", KEY)),
+        (SagaUsageError, "datetime", lambda: upd(KEY, {"placed": now})),
+        (SecretInKwargs, "Stripe", lambda: upd(KEY, {"note": SECRET})),
+        (
+            SagaUsageError,
+            "set_credential_resolver",
+            lambda: pgc.update_row(CredentialRef("db"), "orders", KEY, {"note": "x"}),
+        ),
+        (SagaUsageError, "CredentialRef", lambda: upd(KEY, {"note": "x"}, password="hunter2")),
+    ]
     previous = set_credential_resolver(None)
     try:
         for error, words, call in cases:

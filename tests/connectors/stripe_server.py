@@ -35,8 +35,9 @@ resources.Store.try_load_from_disk = lambda self: None  # type: ignore[method-as
 _refund_init = resources.Refund.__init__
 
 
-def _refund_the_rest(self: Any, charge: Any = None, payment_intent: Any = None, amount: Any = None,
-                     **kwargs: Any) -> None:
+def _refund_the_rest(
+    self: Any, charge: Any = None, payment_intent: Any = None, amount: Any = None, **kwargs: Any
+) -> None:
     """Stripe refunds what is left of the charge when no amount is given (localstripe:
     the whole amount again), and refuses more than what is left."""
     ch_id = charge
@@ -49,8 +50,10 @@ def _refund_the_rest(self: Any, charge: Any = None, payment_intent: Any = None, 
         if amount is None:
             amount = left
         elif int(amount) > left:
-            raise UserError(400, f"Refund amount ({amount}) is greater than unrefunded amount "
-                            f"on charge ({left})")
+            raise UserError(
+                400,
+                f"Refund amount ({amount}) is greater than unrefunded amount on charge ({left})",
+            )
     _refund_init(self, charge=charge, payment_intent=payment_intent, amount=amount, **kwargs)
 
 

@@ -199,9 +199,7 @@ def test_restore_refuses_to_overwrite_a_concurrent_writer_and_reports_the_diff(
     orders.execute("UPDATE orders SET status = 'cancelled by support' WHERE n = 1 AND region='eu'")
     with pytest.raises(TargetChanged) as caught:
         pgc.restore(**kw)
-    assert caught.value.diff == {
-        "status": {"expected": "shipped", "found": "cancelled by support"}
-    }
+    assert caught.value.diff == {"status": {"expected": "shipped", "found": "cancelled by support"}}
     assert rows(orders)[0][3] == "cancelled by support"
 
 
@@ -345,7 +343,7 @@ def test_hostile_identifiers_are_quoted_never_executed(
     with pytest.raises(InvalidTarget), saga("evil", wal_path=str(tmp_path / "e.wal")):
         pgc.update_row(pg_dsn, 'orders"; DROP TABLE orders; --', KEY, {"status": "x"})
     with pytest.raises(InvalidTarget), saga("evil", wal_path=str(tmp_path / "e.wal")):
-        pgc.update_row(pg_dsn, "orders", KEY, {'status" = \'pwned\', "qty': 1})
+        pgc.update_row(pg_dsn, "orders", KEY, {"status\" = 'pwned', \"qty": 1})
     assert rows(orders)[0][3] == "new"
 
 

@@ -35,6 +35,10 @@ def charges(env: Any) -> list[Any]:
     return list(env.client().v1.charges.list(params={"limit": 100}).data)
 
 
+def step_of(charge: Any) -> Any:
+    return charge.metadata.to_dict().get("agent_saga_step")
+
+
 def only_step(wal: Path) -> Any:
     fold, _ = fold_file(str(wal))
     (view,) = list(fold.sagas())
@@ -79,7 +83,10 @@ async def test_async_tools_use_the_async_client_and_are_refunded(
     made: list[dict[str, Any]] = []
     with pytest.raises(Boom):
         async with saga("async-checkout", wal_path=str(tmp_path / "a.wal")):
-            made.append(await sc.create_charge_async(amount=300, currency="eur", source=pm, api_key=KEY))
+            charge = await sc.create_charge_async(
+                amount=300, currency="eur", source=pm, api_key=KEY
+            )
+            made.append(charge)
             made.append(
                 await sc.create_payment_intent_async(
                     amount=400, currency="eur", payment_method="pm_card_visa", api_key=KEY
@@ -100,7 +107,7 @@ def test_a_declined_card_is_a_step_with_no_effect(stripe_env: Any, tmp_path: Pat
     view, step = only_step(wal)
     assert set(step.attempt_states.values()) == {"no_effect"}
     key = idempotency_key(view.saga_id, step.step)
-    mine = [c for c in charges(stripe_env) if c.metadata.to_dict().get("agent_saga_step") == key]
+    mine = [c for c in charges(stripe_env) if step_of(c) == key]
     assert all(c.status == "failed" for c in mine)  # nothing was charged
     assert view.outcome == "rolled_back"
 
@@ -173,7 +180,7 @@ def test_a_network_error_is_unknown_and_rollback_settles_it_by_replay(
     view, step = only_step(wal)
     assert set(step.attempt_states.values()) == {"unknown"}
     key = idempotency_key(view.saga_id, step.step)
-    (charge,) = [c for c in charges(stripe_env) if c.metadata.to_dict().get("agent_saga_step") == key]
+    (charge,) = [c for c in charges(stripe_env) if step_of(c) == key]
     assert [r.amount for r in stripe_env.refunds(charge.id)] == [450]
     assert view.outcome == "rolled_back"
 
@@ -211,7 +218,8 @@ def test_bad_input_is_refused_before_any_request(stripe_env: Any, tmp_path: Path
             sc.create_charge(**{**args, **override})
     previous = set_credential_resolver(None)
     try:
-        with pytest.raises(SagaUsageError, match="set_credential_resolver"), saga("bad", wal_path=str(wal)):
+        no_resolver = pytest.raises(SagaUsageError, match="set_credential_resolver")
+        with no_resolver, saga("bad", wal_path=str(wal)):
             sc.create_charge(amount=100, currency="eur", source="pm_card_visa", api_key=KEY)
     finally:
         set_credential_resolver(previous)

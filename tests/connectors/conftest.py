@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the fakes beside this file
 
 
 def _pg_server() -> str:
@@ -126,4 +127,50 @@ def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Ite
     previous = set_credential_resolver({"stripe": STRIPE_TEST_KEY}.__getitem__)
     stripe_connector.configure(max_network_retries=0)
     yield localstripe
+    set_credential_resolver(previous)
+
+
+# ---- Salesforce: the HTTPS fake in a thread ----------------------------------------------
+
+#: The fake org's session token (a test value, not a credential of any real org).
+SF_TOKEN = "00Dfake!session-token-for-tests"
+
+
+@pytest.fixture(scope="session")
+def sf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The Salesforce fake (HTTPS, self-signed cert) for the whole run."""
+    pytest.importorskip("cryptography")
+    from salesforce_fake import FakeSalesforce
+
+    fake = FakeSalesforce(tmp_path_factory.mktemp("salesforce"), SF_TOKEN)
+    yield fake
+    fake.close()
+
+
+def sf_session_factory(cert: str) -> Any:
+    """Sessions that trust the fake's certificate and ignore REQUESTS_CA_BUNDLE & co."""
+
+    def make() -> Any:
+        import requests
+
+        s = requests.Session()
+        s.trust_env = False  # the environment's CA bundle would override verify=
+        s.verify = cert
+        return s
+
+    return make
+
+
+@pytest.fixture
+def sf(sf_server: Any) -> Iterator[Any]:
+    """This process's connector points at the fake and resolves the ``sf`` reference."""
+    from agent_saga.connectors import salesforce, set_credential_resolver
+
+    salesforce.configure(
+        instance_url=sf_server.url,
+        api_version="59.0",
+        session_factory=sf_session_factory(str(sf_server.cert)),
+    )
+    previous = set_credential_resolver({"sf": SF_TOKEN}.__getitem__)
+    yield sf_server
     set_credential_resolver(previous)

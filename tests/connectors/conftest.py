@@ -18,14 +18,18 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the fakes beside this file
 
+from fixture_values import SF_TOKEN, STRIPE_TEST_KEY  # noqa: E402
+
 
 def _pg_server() -> str:
+    # The ``service`` fixture's rule, for a module-scoped fixture: skip with the hint
+    # outside CI; under CI=true the skip fails the run (tests/conftest.py).
     url = os.environ.get("AGENT_SAGA_TEST_PG")
     if not url:
         pytest.skip(
-            "AGENT_SAGA_TEST_PG is not set: run the suite with `make test` (it starts "
-            "PostgreSQL), or `.venv/bin/python scripts/testenv run --only postgres -- "
-            ".venv/bin/python -m pytest tests/connectors`"
+            "AGENT_SAGA_TEST_PG is not set: run `make test`, or `.venv/bin/python "
+            "scripts/testenv run --only postgres -- .venv/bin/python -m pytest`, which "
+            "start PostgreSQL on 127.0.0.1"
         )
     return url
 
@@ -80,10 +84,6 @@ class LocalStripe:
         return str(pm.id)
 
 
-#: localstripe accepts any sk_test_ key; built by concatenation so no scanner flags it.
-STRIPE_TEST_KEY = "sk_" + "test_" + "agentsagalocal0000000000"
-
-
 @pytest.fixture(scope="session")
 def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStripe]:
     """localstripe (with the idempotency / already-refunded shim) on 127.0.0.1."""
@@ -131,9 +131,6 @@ def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 # ---- Salesforce: the HTTPS fake in a thread ----------------------------------------------
-
-#: The fake org's session token (a test value, not a credential of any real org).
-SF_TOKEN = "00Dfake!session-token-for-tests"
 
 
 @pytest.fixture(scope="session")

@@ -137,9 +137,17 @@ class TargetChanged(ConcurrentWriteDetected):
         diff: Mapping[str, Any] | None = None,
         saga_id: str | None = None,
     ) -> None:
-        super().__init__(message, saga_id=saga_id)
         self.target = target
-        self.diff = dict(diff or {})
+        self.diff = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (diff or {}).items()}
+        if self.diff:  # a human resolving the escalation needs to see what differs
+            shown = "; ".join(
+                f"{k}: expected {v.get('expected')!r}, found {v.get('found')!r}"
+                if isinstance(v, dict)
+                else f"{k}: {v!r}"
+                for k, v in self.diff.items()
+            )
+            message = f"{message} ({safe_text(shown, 400)})"
+        super().__init__(message, saga_id=saga_id)
 
 
 def require_extra(package: str, extra: str) -> ModuleType:

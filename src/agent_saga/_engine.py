@@ -44,7 +44,7 @@ from .errors import (
     SecretInKwargs,
 )
 from .gate import ApprovalRequest, Decision, as_decision, run_policies
-from .secrets import CredentialRef, assert_no_secrets
+from .secrets import CredentialRef, assert_no_secrets, redact
 from .wal import records as R
 
 if TYPE_CHECKING:
@@ -280,7 +280,7 @@ def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
         "semantics": step.spec.semantics.value,
         "decision": "approved" if decision.approved else "refused",
         "decided_by": decision.decided_by,
-        "reason": decision.reason,
+        "reason": redact(decision.reason),  # a policy may quote the value it refused
         "ts": now(),
     }
 
@@ -321,7 +321,17 @@ def step_protocol(
     if spec.wants_idempotency_key and "idempotency_key" not in kwargs:
         call_kwargs = {**kwargs, "idempotency_key": step.idempotency_key}
     if spec.capture is not None:
-        step.preimage = jsonable((yield Call(spec.capture, (), step.kwargs)))
+        # The pre-image is logged with the intent: it passes the same secret scan as
+        # the kwargs, and a hit refuses the step before the forward call (it cannot
+        # be redacted: the undo needs it whole). docs/secrets.md has the per-field rule.
+        try:
+            step.preimage = jsonable((yield Call(spec.capture, (), step.kwargs)))
+            assert_no_secrets(step.preimage, path="preimage")
+        except SecretInKwargs as exc:
+            run.side_effects -= 1
+            refusal = Decision.deny("secret-scan", str(exc))
+            yield Append(_gate_record(run, step, refusal))
+            raise _refusal(run, step, refusal) from None
 
     while True:
         step.attempts += 1

@@ -17,6 +17,7 @@
     │   ├── WALWriteFailed          a write or fsync failed; the record is NOT durable
     │   ├── WALCorrupted            a reader met a damaged frame (offset attached)
     │   ├── WALKeyMissing           the log is encrypted and no key was given
+    │   ├── WALEncryptionMismatch   a key is set but the log is plaintext (migrate it first)
     │   └── WALAuthenticationFailed the key is wrong or a record was tampered with
     └── RecoveryError               the recovery daemon could not complete an action
 
@@ -41,6 +42,7 @@ __all__ = [
     "SecretInKwargs",
     "WALAuthenticationFailed",
     "WALCorrupted",
+    "WALEncryptionMismatch",
     "WALError",
     "WALFull",
     "WALKeyMissing",
@@ -223,6 +225,13 @@ class WALCorrupted(WALError):
 
 class WALKeyMissing(WALError):
     """The log holds encrypted records and no key was configured (``AGENT_SAGA_WAL_KEY``)."""
+
+
+class WALEncryptionMismatch(WALError):
+    """A WAL key is configured but the log is plaintext: mixing the two is refused.
+
+    Encrypt the existing log first (``agent-saga wal encrypt``), or unset the key.
+    """
 
 
 class WALAuthenticationFailed(WALError):

@@ -161,6 +161,15 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
         "by": _any,
         "note": _any,
     },
+    r.ESCALATION_RETRY: {
+        "escalation": _str,
+        "saga": _str,
+        "step": _opt_int,
+        "note": _any,
+        "by": _any,
+    },
+    r.LOG_HEADER: {"format": _is_int},
+    r.TAIL_REPAIRED: {"offset": _is_int, "length": _is_int, "by": _any},
 }
 _OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
     r.INTENT: {"resolver": _opt_str},
@@ -204,6 +213,7 @@ class SagaFold:
         anomalies: Up to :data:`MAX_ANOMALIES` records the fold could not use.
         anomaly_count: How many there were in total.
         damages: Damage reports passed to :meth:`feed`.
+        repairs: ``tail_repaired`` records: torn tails a writer cut off (not damage).
         position: End offset of the last record fed through :meth:`feed` (where to
             resume a scan).
     """
@@ -219,6 +229,7 @@ class SagaFold:
         self.anomalies: list[Anomaly] = []
         self.anomaly_count = 0
         self.damages: list[Damage] = []
+        self.repairs: list[dict[str, Any]] = []
         self.position = 0
 
     # -- feeding ------------------------------------------------------------------
@@ -425,6 +436,14 @@ class SagaFold:
         if rid not in ids:
             ids.append(rid)
 
+    def _retry(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        pass  # filled in below
+
+    def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
+        if rec["type"] == r.TAIL_REPAIRED:
+            self.repairs.append(dict(rec))
+
     def _approval_decided(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         a = self._approvals.get(rec["request"])
         if a is None:
@@ -605,6 +624,9 @@ _UNSCOPED: Final = {
     r.ESCALATION_RESOLVED: SagaFold._resolve,
     r.APPROVAL_REQUESTED: SagaFold._approval_requested,
     r.APPROVAL_DECIDED: SagaFold._approval_decided,
+    r.ESCALATION_RETRY: SagaFold._retry,
+    r.LOG_HEADER: SagaFold._log_meta,
+    r.TAIL_REPAIRED: SagaFold._log_meta,
 }
 assert set(_APPLY) | set(_UNSCOPED) == r.RECORD_TYPES
 assert not set(_APPLY) & set(_UNSCOPED)

@@ -1,9 +1,11 @@
-"""PostgreSQL for the connector tests: ``AGENT_SAGA_TEST_PG=postgresql://postgres@127.0.0.1:PORT/postgres``.
+"""PostgreSQL for the tests: ``AGENT_SAGA_TEST_PG=postgresql://postgres@127.0.0.1:PORT/postgres``.
 
 Debian's ``postgresql`` package provides the server; its ``initdb`` refuses to run as
 root, so the cluster is created and run as the ``postgres`` system user the package
-creates (a non-root run uses the current user). The cluster lives in the service's
-private directory, trusts local connections (it listens on 127.0.0.1 only, on a free
+creates (a non-root run uses the current user). The cluster lives in a private
+directory (under the system temp dir when running as root, since the ``postgres``
+user may not be allowed into the checkout, e.g. below ``/root``), trusts local
+connections (it listens on 127.0.0.1 only, on a free
 port, with its socket in the same directory) and keeps ``fsync`` on: the crash tests
 kill processes around commits, and their evidence should be what a real server
 keeps. Tests create their own database per test module.
@@ -16,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 from _base import Service, ServiceUnavailable, free_port, wait_until
@@ -45,6 +48,7 @@ class PostgresService(Service):
         self._data: Path | None = None
         self._bin: str | None = None
         self._user: str | None = None
+        self._private: Path | None = None
 
     def installed(self) -> bool:
         """Whether ``initdb`` and ``pg_ctl`` are on this machine."""
@@ -57,12 +61,21 @@ class PostgresService(Service):
 
     def start(self, workdir: Path) -> dict[str, str]:
         """Create a cluster in ``workdir``, start it, return ``AGENT_SAGA_TEST_PG``."""
+        try:
+            return self._start(workdir)
+        except BaseException:
+            self.stop()  # the runner stops only what started: clean up here
+            raise
+
+    def _start(self, workdir: Path) -> dict[str, str]:
         self._bin = _bindir()
         if self._bin is None:
             raise ServiceUnavailable("initdb not found: apt-get install -y postgresql")
         if os.geteuid() == 0:
             self._user = "postgres"
-            shutil.chown(workdir, user="postgres")
+            self._private = Path(tempfile.mkdtemp(prefix="agent-saga-pg-"))
+            shutil.chown(self._private, user="postgres")
+            workdir = self._private
         data = workdir / "data"
         initdb = subprocess.run(
             self._as_owner(
@@ -118,15 +131,17 @@ class PostgresService(Service):
         return {"AGENT_SAGA_TEST_PG": f"postgresql://postgres@127.0.0.1:{port}/postgres"}
 
     def stop(self) -> None:
-        """Stop the cluster (fast shutdown); its directory is removed on the next run."""
-        if self._data is None or self._bin is None:
-            return
-        subprocess.run(
-            self._as_owner(f"{self._bin}/pg_ctl", "-D", str(self._data), "-m", "fast", "stop"),
-            capture_output=True,
-            check=False,
-        )
+        """Stop the cluster (fast shutdown) and remove a private temp directory."""
+        if self._data is not None and self._bin is not None:
+            subprocess.run(
+                self._as_owner(f"{self._bin}/pg_ctl", "-D", str(self._data), "-m", "fast", "stop"),
+                capture_output=True,
+                check=False,
+            )
         self._data = None
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+            self._private = None
 
 
 SERVICE = PostgresService()

@@ -118,9 +118,16 @@ def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStrip
 
 @pytest.fixture
 def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStripe]:
-    """This process points the connector at localstripe and resolves ``stripe`` refs."""
+    """A cleared localstripe; this process points the connector at it and resolves the
+    ``stripe`` reference."""
+    import urllib.request
+
     from agent_saga.connectors import set_credential_resolver
     from agent_saga.connectors import stripe as stripe_connector
+
+    flush = urllib.request.Request(f"{localstripe.base}/_config/data", method="DELETE")
+    with urllib.request.urlopen(flush, timeout=10) as answer:
+        assert answer.status == 200
 
     monkeypatch.setenv("HOME", localstripe.home)
     monkeypatch.setenv("STRIPE_API_BASE", localstripe.base)

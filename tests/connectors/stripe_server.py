@@ -15,7 +15,8 @@ children and ``saga-recoveryd`` children all talk to one Stripe. The middleware 
 
 localstripe pickles its state to a fixed ``/tmp/localstripe.pickle`` on every write
 and loads it at start; here the state lives in this process only (the pickle
-functions are replaced), so parallel runs never share or leak state.
+functions are replaced), so parallel runs never share or leak state; ``DELETE
+/_config/data`` (localstripe's flush) also forgets the saved idempotency keys.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ async def _already_refunded(request: web.Request) -> web.Response | None:
 @web.middleware
 async def stripe_semantics(request: web.Request, handler: Any) -> web.StreamResponse:
     """Idempotency replay and charge_already_refunded in front of localstripe."""
+    if request.method == "DELETE" and request.path == "/_config/data":
+        _saved.clear()  # localstripe's own "flush the store": forget saved keys too
     key = request.headers.get("Idempotency-Key")
     if request.method != "POST" or not key:
         return await handler(request)

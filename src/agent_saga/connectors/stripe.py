@@ -78,6 +78,7 @@ from ._credentials import resolve_credential
 
 __all__ = [
     "REFUND_HANDLER",
+    "REPLAY_WINDOW_SECONDS",
     "RESOLVER",
     "configure",
     "create_charge",

@@ -77,6 +77,14 @@ class LocalStripe:
         """The refunds Stripe holds for ``charge`` (a ``ch_…`` id)."""
         return list(self.client().v1.refunds.list(params={"charge": charge}).data)
 
+    def fail_next(self, path: str) -> None:
+        """Make the next POST to ``path`` take effect, then answer 500."""
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.base}/_test/fail_next?path={path}", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            assert answer.status == 204
+
     def card(self, number: str = "4242424242424242") -> str:
         """A fresh ``pm_…`` for the card ``number`` (4000000000000341 is declined)."""
         card = {"number": number, "exp_month": 12, "exp_year": 2030, "cvc": "123"}
@@ -131,8 +139,9 @@ def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Ite
 
     monkeypatch.setenv("HOME", localstripe.home)
     monkeypatch.setenv("STRIPE_API_BASE", localstripe.base)
+    monkeypatch.setitem(stripe_connector._settings, "api_base", None)  # restored afterwards
+    monkeypatch.setitem(stripe_connector._settings, "max_network_retries", 0)
     previous = set_credential_resolver({"stripe": STRIPE_TEST_KEY}.__getitem__)
-    stripe_connector.configure(max_network_retries=0)
     yield localstripe
     set_credential_resolver(previous)
 

@@ -6,10 +6,13 @@ Run as a subprocess by the ``localstripe`` fixture, so that the test process, ag
 children and ``saga-recoveryd`` children all talk to one Stripe. The middleware adds:
 
 1. **Idempotency-Key replay**, as Stripe documents it: the first response to a POST
-   with a key is saved (per API key and path) and returned again for the same key,
+   with a key — a 500 included — is saved (per API key and path) and returned again for
+   the same key,
    with ``Idempotent-Replayed: true``; the same key with *different* parameters is a
    400 ``idempotency_error``; a key whose first request is still running is a 409
    ``idempotency_key_in_use``.
+3. **Fault injection** for tests: ``POST /_test/fail_next?path=/v1/charges`` makes the
+   next POST to that path take effect and then answer 500.
 2. **``charge_already_refunded``**: a refund of a charge (or PaymentIntent) that is
    already fully refunded is a 400 with that code, as Stripe answers it.
 
@@ -62,6 +65,8 @@ resources.Refund.__init__ = _refund_the_rest  # type: ignore[method-assign]
 
 _saved: dict[tuple[str, str, str], tuple[str, int, bytes]] = {}
 _running: set[tuple[str, str, str]] = set()
+#: Paths whose next POST is carried out and then answered 500 (``POST /_test/fail_next``).
+_fail_next: set[str] = set()
 
 
 def _error(status: int, kind: str, message: str, code: str | None = None) -> web.Response:
@@ -95,6 +100,10 @@ async def stripe_semantics(request: web.Request, handler: Any) -> web.StreamResp
     """Idempotency replay and charge_already_refunded in front of localstripe."""
     if request.method == "DELETE" and request.path == "/_config/data":
         _saved.clear()  # localstripe's own "flush the store": forget saved keys too
+        _fail_next.clear()
+    if request.method == "POST" and request.path == "/_test/fail_next":
+        _fail_next.add(request.query["path"])
+        return web.Response(status=204)
     key = request.headers.get("Idempotency-Key")
     if request.method != "POST" or not key:
         return await handler(request)
@@ -129,7 +138,12 @@ async def stripe_semantics(request: web.Request, handler: Any) -> web.StreamResp
             response = await _already_refunded(request)
         if response is None:
             response = await handler(request)
-        if isinstance(response, web.Response) and response.status < 500:
+        if request.path in _fail_next:
+            # The effect happened; the client sees a server error (Stripe saves it too).
+            _fail_next.discard(request.path)
+            response = _error(500, "api_error", "An unknown error occurred on our side.")
+        if isinstance(response, web.Response):
+            # Stripe saves the first result of a key, 500s included, and replays it.
             _saved[slot] = (params, response.status, response.body)  # type: ignore[assignment]
         return response
     finally:

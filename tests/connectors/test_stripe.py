@@ -185,6 +185,27 @@ def test_a_network_error_is_unknown_and_rollback_settles_it_by_replay(
     assert view.outcome == "rolled_back"
 
 
+def test_a_5xx_after_the_charge_landed_is_unknown_and_escalated_never_guessed(
+    stripe_env: Any, tmp_path: Path
+) -> None:
+    """Stripe charged, then answered 500; a replay of the key returns the same saved 500,
+    so nothing proves either outcome: the step is escalated, with the metadata to look for."""
+    wal = tmp_path / "5xx.wal"
+    stripe_env.fail_next("/v1/charges")
+    with pytest.raises(CompensationFailed), saga("5xx", wal_path=str(wal)):
+        with pytest.raises(sc.OutcomeUnknown) as caught:
+            sc.create_charge(amount=650, currency="eur", source="pm_card_visa", api_key=KEY)
+        assert caught.value.http_status == 500
+        raise Boom
+    view, step = only_step(wal)
+    assert set(step.attempt_states.values()) == {"unknown"}
+    key = idempotency_key(view.saga_id, step.step)
+    (charge,) = [c for c in charges(stripe_env) if step_of(c) == key]
+    assert stripe_env.refunds(charge.id) == []  # not refunded on a guess
+    fold, _ = fold_file(str(wal))
+    assert any(key in e.reason or "did not tell" in e.reason for e in fold.escalations())
+
+
 def test_an_unreachable_stripe_during_rollback_escalates(stripe_env: Any, tmp_path: Path) -> None:
     wal = tmp_path / "u.wal"
     sc.configure(api_base=_dead_port())

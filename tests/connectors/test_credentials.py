@@ -127,7 +127,7 @@ def test_all_lists_the_public_names() -> None:
         # the service connectors' error branch (agent_saga.connectors._common)
         "InvalidTarget",
         "MissingExtra",
-        "OutcomeUnknown",
+        "ServiceOutcomeUnknown",
         "PaymentDeclined",
         "ServiceError",
         "ServiceRejected",

@@ -22,9 +22,9 @@ from ..secrets import CredentialRef
 from ._common import (
     InvalidTarget,
     MissingExtra,
-    OutcomeUnknown,
     PaymentDeclined,
     ServiceError,
+    ServiceOutcomeUnknown,
     ServiceRejected,
     TargetChanged,
 )
@@ -40,9 +40,9 @@ __all__ = [
     "CredentialResolver",
     "InvalidTarget",
     "MissingExtra",
-    "OutcomeUnknown",
     "PaymentDeclined",
     "ServiceError",
+    "ServiceOutcomeUnknown",
     "ServiceRejected",
     "TargetChanged",
     "get_credential_resolver",

@@ -9,7 +9,7 @@ Errors the connectors add to the tree (all re-exported by ``agent_saga.connector
     ├── ServiceError              a service answered with an error (vendor code kept)
     │   ├── ServiceRejected       it refused, or never received, the request: no effect
     │   │   └── PaymentDeclined   Stripe declined the card
-    │   └── OutcomeUnknown        network error, timeout, 5xx: it may have taken effect
+    │   └── ServiceOutcomeUnknown network error, timeout, 5xx: it may have taken effect
     └── ConcurrentWriteDetected
         └── TargetChanged         the row/record is not what this step wrote (``diff``)
 
@@ -33,9 +33,9 @@ __all__ = [
     "DISTRIBUTION",
     "InvalidTarget",
     "MissingExtra",
-    "OutcomeUnknown",
     "PaymentDeclined",
     "ServiceError",
+    "ServiceOutcomeUnknown",
     "ServiceRejected",
     "TargetChanged",
     "check_json",
@@ -117,8 +117,13 @@ class PaymentDeclined(ServiceRejected):
         self.decline_code = decline_code
 
 
-class OutcomeUnknown(ServiceError):
-    """The request may or may not have taken effect (network error, timeout, 5xx)."""
+class ServiceOutcomeUnknown(ServiceError):
+    """The request may or may not have taken effect (network error, timeout, 5xx).
+
+    Raised by a tool's forward call; the step's outcome is then UNKNOWN and its resolver
+    decides on rollback (if it cannot, the step is escalated and the rollback reports
+    :class:`agent_saga.OutcomeUnknown`).
+    """
 
 
 class TargetChanged(ConcurrentWriteDetected):

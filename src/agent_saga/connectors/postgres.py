@@ -70,7 +70,7 @@ from ..secrets import CredentialRef
 from . import _pg_sql as Q
 from ._common import (
     InvalidTarget,
-    OutcomeUnknown,
+    ServiceOutcomeUnknown,
     ServiceRejected,
     TargetChanged,
     check_json,
@@ -153,7 +153,7 @@ def _translate(exc: Exception, query: Q.Query | None) -> Exception:
         return ServiceRejected(
             f"PostgreSQL refused the statement ({code}): {text}", service="postgres", code=code
         )
-    return OutcomeUnknown(
+    return ServiceOutcomeUnknown(
         f"the connection to PostgreSQL failed during the statement; it may have been "
         f"committed: {text}",
         service="postgres",
@@ -244,7 +244,7 @@ def restore(
     Raises:
         TargetChanged: a concurrent writer changed the row; it is not overwritten.
         ServiceRejected: PostgreSQL refused the statement.
-        OutcomeUnknown: the connection failed during the statement.
+        ServiceOutcomeUnknown: the connection failed during the statement.
     """
     result: str = _run(
         database, password, Q.restore_protocol(op, schema, table, key, before, after)
@@ -320,7 +320,7 @@ def resolve(
                 kwargs.get("after"),
             ),
         )
-    except (ServiceRejected, OutcomeUnknown, InvalidTarget) as exc:
+    except (ServiceRejected, ServiceOutcomeUnknown, InvalidTarget) as exc:
         return Resolution.undecided(f"cannot read the row: {exc}")
     if verdict == "no_effect":
         return Resolution.no_effect(why)
@@ -539,7 +539,7 @@ def update_row(
         SecretInKwargs: a touched column's old or new value looks like a secret.
         TargetChanged: the row changed between the pre-flight read and the write.
         ServiceRejected: PostgreSQL refused the statement (no effect).
-        OutcomeUnknown: the connection failed during the write.
+        ServiceOutcomeUnknown: the connection failed during the write.
     """
     _preflight("update_row", database, password, schema, table, key=key, values=values)
     core = _run(database, password, Q.prepare_update(schema, table, key, values))

@@ -71,8 +71,8 @@ from .. import (
 from ..secrets import CredentialRef
 from ._common import (
     InvalidTarget,
-    OutcomeUnknown,
     ServiceError,
+    ServiceOutcomeUnknown,
     ServiceRejected,
     TargetChanged,
     check_json,
@@ -205,13 +205,13 @@ def _translate(exc: Exception) -> ServiceError | TargetChanged:
                 target=str(exc.resource_name),
             )
         if exc.status >= 500:
-            return OutcomeUnknown(f"Salesforce failed ({exc.status} {code}): {text}", **kw)
+            return ServiceOutcomeUnknown(f"Salesforce failed ({exc.status} {code}): {text}", **kw)
         return ServiceRejected(f"Salesforce refused the request ({code}): {text}", **kw)
     if isinstance(exc, requests.exceptions.ConnectTimeout):
         return ServiceRejected(
             f"could not reach Salesforce: {safe_text(exc)}", service="salesforce"
         )
-    return OutcomeUnknown(
+    return ServiceOutcomeUnknown(
         f"the connection to Salesforce failed; the request may have taken effect: "
         f"{safe_text(type(exc).__name__)}",
         service="salesforce",
@@ -320,7 +320,7 @@ def restore(
         TargetChanged: the record changed since this step; it is not overwritten.
         InvalidTarget: malformed names or ids (a damaged or tampered log).
         ServiceRejected: Salesforce refused the request.
-        OutcomeUnknown: the request failed in a way that may have taken effect.
+        ServiceOutcomeUnknown: the request failed in a way that may have taken effect.
     """
     _valid(sobject, record_id, list(before or {}))
     with _Org(session) as org:
@@ -486,7 +486,7 @@ def _update(
         _call(org.sobject(sobject).update, record_id, dict(fields), headers=headers)
         now = _read(org, sobject, record_id, list(fields))
     if now is None:
-        raise OutcomeUnknown(
+        raise ServiceOutcomeUnknown(
             f"{_label(sobject, record_id)} vanished right after it was patched",
             service="salesforce",
         )
@@ -575,7 +575,7 @@ def update_record(
         SecretInKwargs: an old or new field value looks like a secret.
         TargetChanged: the record changed between the pre-flight read and the PATCH.
         ServiceRejected: Salesforce refused the PATCH (a validation rule ...).
-        OutcomeUnknown: the PATCH may have been applied; rollback resolves it.
+        ServiceOutcomeUnknown: the PATCH may have been applied; rollback resolves it.
     """
     _preflight("update_record", sobject, session, record_id, fields)
     names = list(fields)

@@ -17,7 +17,7 @@ operation → semantics → how it is undone → what it cannot undo → what es
   Stripe refuses (e.g. a disputed charge), an undecidable crash (below).
 * A decline (``card_declined``) or any other refusal (4xx) is a step with no effect
   (:class:`PaymentDeclined` / :class:`ServiceRejected`); network errors, timeouts and
-  5xx leave the outcome UNKNOWN (:class:`OutcomeUnknown`) for the resolver.
+  5xx leave the outcome UNKNOWN (:class:`ServiceOutcomeUnknown`) for the resolver.
 
 Exactly once:
 
@@ -64,9 +64,9 @@ from .. import (
 )
 from ..secrets import CredentialRef
 from ._common import (
-    OutcomeUnknown,
     PaymentDeclined,
     ServiceError,
+    ServiceOutcomeUnknown,
     ServiceRejected,
     check_json,
     check_ref,
@@ -158,9 +158,11 @@ def _translate(exc: Exception) -> ServiceError:
         )
     if isinstance(exc, sdk.IdempotencyError) or code == "idempotency_key_in_use" or status == 409:
         # The key is known to Stripe with another request, or one still running.
-        return OutcomeUnknown(f"Stripe idempotency conflict: {text}", **kw)
+        return ServiceOutcomeUnknown(f"Stripe idempotency conflict: {text}", **kw)
     if isinstance(exc, sdk.APIConnectionError) or status is None or status >= 500:
-        return OutcomeUnknown(f"Stripe request failed; it may have taken effect: {text}", **kw)
+        return ServiceOutcomeUnknown(
+            f"Stripe request failed; it may have taken effect: {text}", **kw
+        )
     return ServiceRejected(f"Stripe refused the request ({code or status}): {text}", **kw)
 
 
@@ -288,7 +290,7 @@ def refund(
 
     Raises:
         ServiceRejected: Stripe refused the refund (e.g. a disputed charge).
-        OutcomeUnknown: network error or 5xx; retry with the same key.
+        ServiceOutcomeUnknown: network error or 5xx; retry with the same key.
     """
     _check_refund(charge, payment_intent, amount, api_key)
     result: str = _run(api_key, _refund_protocol(charge, payment_intent, amount, idempotency_key))
@@ -493,7 +495,7 @@ def create_charge(
         SagaUsageError: bad arguments, a missing extra or credential resolver.
         PaymentDeclined: the card was declined (no effect).
         ServiceRejected: Stripe refused the request (no effect).
-        OutcomeUnknown: it may have been charged; the saga's rollback resolves it.
+        ServiceOutcomeUnknown: it may have been charged; the saga's rollback resolves it.
     """
     kw = _check(
         "create_charge",

@@ -119,6 +119,7 @@ class Run:
         "_begun",
         "_log",
         "_next",
+        "calls",
         "closed",
         "compensation_retry",
         "done",
@@ -143,6 +144,7 @@ class Run:
         self.reported = 0  # escalations already logged
         self.side_effects = 0
         self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
+        self.calls: list[tuple[Any, str]] = []  # tool coroutines made in this saga
         self.closed = False  # set once the saga committed or unwound
         self._next = 1
         self._log: LogBackend | None = options.log

@@ -8,6 +8,7 @@ Subcommands::
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
     agent-saga escalations resolve ID --note TEXT [--by WHO] --wal-path P
+    agent-saga escalations retry ID --note TEXT [--by WHO] --wal-path P
     agent-saga approvals --wal-path P [--all] [--json]
     agent-saga approvals approve|deny ID --note TEXT [--by WHO] --wal-path P
     agent-saga ui ...            (placeholder)
@@ -213,11 +214,19 @@ def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .recovery.escalations import list_escalations, resolve_escalation
+    from .recovery.escalations import list_escalations, request_retry, resolve_escalation
 
     if getattr(args, "esc_command", None) == "resolve":
         found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
         out.write(f"resolved {found.escalation} (saga {found.saga_id}, step {found.step})\n")
+        return 0
+    if getattr(args, "esc_command", None) == "retry":
+        found = request_retry(_wal_path(args), args.id, note=args.note, by=args.by)
+        out.write(
+            f"retry of {found.escalation} requested (saga {found.saga_id}, step {found.step}); "
+            "the next `saga-recoveryd --once` (with the --import your handlers need) "
+            "retries it with the same recovery token\n"
+        )
         return 0
     items = list_escalations(_wal_path(args), include_resolved=args.all)
     if args.json:
@@ -367,6 +376,13 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--note", required=True, help="what was done or decided")
     resolve.add_argument("--by", default=None, help="who decided (default: the OS user)")
     resolve.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    retry = esc_sub.add_parser(
+        "retry", help="have saga-recoveryd try an escalated step again once its cause is fixed"
+    )
+    retry.add_argument("id", help="the escalation id (esc-...)")
+    retry.add_argument("--note", required=True, help="what was fixed (recorded)")
+    retry.add_argument("--by", default=None, help="who asks (default: the OS user)")
+    retry.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     apr = sub.add_parser("approvals", help="list approval requests, or approve/deny one")
     _add_wal_path(apr)

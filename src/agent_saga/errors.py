@@ -10,6 +10,7 @@
     ├── GateRefused                 the pre-flight gate said no; nothing happened
     │   └── SecretInKwargs          ...because a value looks like a credential
     ├── CompensationFailed          rollback could not undo everything; a human must look
+    ├── OutcomeUnknown              a call raised and may have taken effect; escalated
     ├── ConcurrentWriteDetected     a connector found its target changed by someone else
     ├── LeaseLost                   this process lost its lease; recovery owns the saga now
     ├── WALError                    the write-ahead log could not do what was asked
@@ -36,6 +37,7 @@ __all__ = [
     "InvalidCompensation",
     "LeaseLost",
     "NoActiveSaga",
+    "OutcomeUnknown",
     "RecoveryError",
     "SagaError",
     "SagaUsageError",
@@ -169,6 +171,33 @@ class CompensationFailed(SagaError):
     ) -> None:
         super().__init__(message, saga_id=saga_id)
         self.failures = failures or []
+
+
+class OutcomeUnknown(SagaError):
+    """A forward call raised, so it may or may not have taken effect; it was escalated.
+
+    Fail closed: agent-saga does not assume that a call which raised did nothing.
+    Tell it which exceptions prove that (``@tool(..., no_effect_on=(CardDeclined,))``)
+    or give the tool a ``resolver=`` that can find out. It appears among the
+    ``failures`` of :class:`CompensationFailed`.
+
+    Attributes:
+        tool: The tool whose call raised.
+        error: ``Type: message`` of what the call raised (redacted), when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str = "",
+        error: str | None = None,
+        saga_id: str | None = None,
+        step_id: int | None = None,
+    ) -> None:
+        super().__init__(message, saga_id=saga_id, step_id=step_id)
+        self.tool = tool
+        self.error = error
 
 
 class ConcurrentWriteDetected(SagaError):

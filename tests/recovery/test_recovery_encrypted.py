@@ -41,7 +41,8 @@ def test_encrypted_wal_written_by_two_processes_is_recovered_by_a_daemon_with_th
     with pytest.raises(WALAuthenticationFailed) as failed:
         list(scan(world.wal, decryptor=wrong))
     header = next(iter(scan(world.wal)))  # the log header is plaintext: no key needed
-    assert isinstance(header, Record) and header.data["encryption"] == "aes-256-gcm"
+    assert isinstance(header, Record)
+    assert header.data["encryption"] == "aes-256-gcm"
     assert failed.value.offset == header.end
 
     no_key = world.recoveryd("--once", extra_env={"AGENT_SAGA_WAL_KEY": ""})

@@ -33,9 +33,18 @@ def test_daemon_recovers_a_saga_whose_last_write_was_torn(world):
     assert world.fold().open_escalations() == []
 
     verify = subprocess.run(
-        [str(Path(sys.executable).with_name("agent-saga")), "wal", "verify", "--wal-path",
-         world.wal, "--json"],
-        env=world.env, capture_output=True, text=True, timeout=60,
+        [
+            str(Path(sys.executable).with_name("agent-saga")),
+            "wal",
+            "verify",
+            "--wal-path",
+            world.wal,
+            "--json",
+        ],
+        env=world.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     report = json.loads(verify.stdout)

@@ -132,7 +132,9 @@ def test_archive_receives_dropped_frames(tmp_path: Path) -> None:
     custom = tmp_path / "audit.log"
     write(wal, saga("old2", ended=1.0))
     compact(wal, archive=custom, retain_seconds=0, now=NOW)
-    assert [i.data["saga"] for i in scan(custom) if isinstance(i, Record) and not i.meta] == ["old2"] * 4
+    assert [i.data["saga"] for i in scan(custom) if isinstance(i, Record) and not i.meta] == [
+        "old2"
+    ] * 4
 
 
 def test_unattributable_records_are_kept(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ def _no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
 def _header_end(path: Path) -> int:
     """Where the first record starts: the plaintext log header comes first."""
     header = next(iter(scan(path)))
-    assert isinstance(header, Record) and header.data["type"] == "log_header"
+    assert isinstance(header, Record)
+    assert header.data["type"] == "log_header"
     return header.end
 
 
@@ -47,7 +48,9 @@ def test_round_trip_and_plaintext_never_on_disk(tmp_path: Path) -> None:
     assert b"stripe.charge" not in raw
     assert raw[_header_end(p) + 3] == KIND_ENCRYPTED
     items = list(scan(p, decryptor=AesGcmEncryptor(KEY)))
-    assert [i.data for i in items if isinstance(i, Record) and not i.meta] == [rec(i) for i in range(3)]
+    assert [i.data for i in items if isinstance(i, Record) and not i.meta] == [
+        rec(i) for i in range(3)
+    ]
     assert verify(p, decryptor=AesGcmEncryptor(KEY)).records == 3
 
 

@@ -52,7 +52,10 @@ def _agent(wal: Path, key: str | None) -> subprocess.CompletedProcess[str]:
         env["AGENT_SAGA_WAL_KEY"] = key
     return subprocess.run(
         [sys.executable, "-c", AGENT, str(wal)],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -96,14 +99,16 @@ def test_a_new_log_starts_with_a_plaintext_header_naming_its_mode(tmp_path: Path
     wal = tmp_path / "h.wal"
     WALWriter(wal, encryptor=AesGcmEncryptor(KEY)).close()
     [header] = list(scan(wal))  # readable without the key
-    assert isinstance(header, Record) and header.offset == 0
+    assert isinstance(header, Record)
+    assert header.offset == 0
     assert header.data["type"] == "log_header"
     assert header.data["encryption"] == "aes-256-gcm"
     assert header.data["key_id"] == AesGcmEncryptor(KEY).encrypt(b"x")[:4].hex()
     plain = tmp_path / "plain.wal"
     WALWriter(plain).close()
     [header] = list(scan(plain))
-    assert isinstance(header, Record) and header.data["encryption"] is None
+    assert isinstance(header, Record)
+    assert header.data["encryption"] is None
 
 
 def test_logs_without_a_header_keep_the_mode_of_their_first_frame(tmp_path: Path) -> None:
@@ -131,9 +136,13 @@ def test_two_processes_creating_one_log_agree_on_its_mode(tmp_path: Path) -> Non
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", AGENT, str(wal)],
-            env={**{k: v for k, v in os.environ.items() if k != "AGENT_SAGA_WAL_KEY"},
-                 **({"AGENT_SAGA_WAL_KEY": B64} if i % 2 else {})},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={
+                **{k: v for k, v in os.environ.items() if k != "AGENT_SAGA_WAL_KEY"},
+                **({"AGENT_SAGA_WAL_KEY": B64} if i % 2 else {}),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(6)
     ]
@@ -141,11 +150,15 @@ def test_two_processes_creating_one_log_agree_on_its_mode(tmp_path: Path) -> Non
         p.communicate(timeout=60)
     outcomes = [p.returncode for p in procs]
     [header, *_] = [i for i in scan(wal, decryptor=AesGcmEncryptor(KEY))]
-    assert isinstance(header, Record) and header.data["type"] == "log_header"
+    assert isinstance(header, Record)
+    assert header.data["type"] == "log_header"
     winners_keyed = header.data["encryption"] is not None
     for i, code in enumerate(outcomes):
         keyed = bool(i % 2)
         assert code == (0 if keyed == winners_keyed else 3), (i, code)
-    kinds = {i.kind for i in scan(wal, decryptor=AesGcmEncryptor(KEY))
-             if isinstance(i, Record) and not i.meta}
+    kinds = {
+        i.kind
+        for i in scan(wal, decryptor=AesGcmEncryptor(KEY))
+        if isinstance(i, Record) and not i.meta
+    }
     assert len(kinds) == 1, "one mode for the whole log"

@@ -40,12 +40,18 @@ def test_four_processes_append_concurrently(tmp_path: Path) -> None:
     assert len(acked) == 1200
     items = list(scan(wal))
     assert [i for i in items if isinstance(i, Damage)] == []
-    seen = Counter((i.data["saga"], i.data["step"]) for i in items if isinstance(i, Record) and not i.meta)
+    seen = Counter(
+        (i.data["saga"], i.data["step"]) for i in items if isinstance(i, Record) and not i.meta
+    )
     assert set(seen) == set(acked)
     assert all(n == 1 for n in seen.values())
     # Each process's records are in its own order.
     for tag in ("p0", "p1", "p2", "p3"):
-        steps = [i.data["step"] for i in items if isinstance(i, Record) and not i.meta and i.data["saga"] == tag]
+        steps = [
+            i.data["step"]
+            for i in items
+            if isinstance(i, Record) and not i.meta and i.data["saga"] == tag
+        ]
         assert steps == list(range(300))
 
 

@@ -60,7 +60,8 @@ def test_every_cut_of_the_log_is_repaired_to_the_last_whole_frame(tmp_path: Path
         survivors = [rec(i, pad=40) for i in range(len(kept) - 1)]  # minus the header
         assert _records(p) == [*survivors, rec(99)], cut
         if cut == boundary:
-            assert report.repairs == [] and w.stats.tail_repairs == 0, cut
+            assert report.repairs == [], cut
+            assert w.stats.tail_repairs == 0, cut
             continue
         assert w.stats.tail_repairs == 1, cut
         (repair,) = report.repairs
@@ -79,7 +80,8 @@ def test_a_zero_filled_tail_is_repaired_like_a_torn_frame(tmp_path: Path) -> Non
     assert [d.kind for d in verify(p).damages] == ["torn_tail"]
     _append_one(p, 7)
     report = verify(p)
-    assert report.ok and report.repairs[0]["offset"] == size
+    assert report.ok
+    assert report.repairs[0]["offset"] == size
     assert _records(p) == [rec(0, pad=40), rec(7)]
 
 
@@ -92,7 +94,8 @@ def test_mid_file_damage_is_left_in_place_and_still_reported(tmp_path: Path) -> 
     p.write_bytes(bytes(data))
     w = _append_one(p, 9)
     report = verify(p)
-    assert w.stats.tail_repairs == 0 and report.repairs == []
+    assert w.stats.tail_repairs == 0
+    assert report.repairs == []
     assert [(d.offset, d.kind) for d in report.damages] == [(first_record, "corrupt")]
     assert _records(p) == [rec(1, pad=40), rec(2, pad=40), rec(9)]
 
@@ -143,7 +146,8 @@ def test_a_write_that_fails_half_way_is_cut_back_by_the_writer(tmp_path: Path) -
     w.append(rec(2))
     w.close()
     report = verify(p)
-    assert report.ok and report.repairs == [], "the failed writer cleaned up after itself"
+    assert report.ok
+    assert report.repairs == [], "the failed writer cleaned up after itself"
     assert _records(p) == [rec(0), rec(2)]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -131,6 +132,10 @@ class WALWriter:
         self._known_end: int | None = None
         self._fd = -1
         try:
+            parent = os.path.dirname(self.path)
+            if not os.path.isdir(parent):
+                # Never create a mistyped location's directories: say so instead.
+                raise FileNotFoundError(errno.ENOENT, "its directory does not exist", parent)
             self._plock = ProcessLock(self.path)
             with self._plock:
                 self._attach_locked()  # the mode rule: refuse before writing anything

@@ -130,8 +130,7 @@ def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Ite
     ``stripe`` reference."""
     import urllib.request
 
-    from agent_saga.connectors import set_credential_resolver
-    from agent_saga.connectors import stripe as stripe_connector
+    from agent_saga.connectors import _stripe_io, set_credential_resolver
 
     flush = urllib.request.Request(f"{localstripe.base}/_config/data", method="DELETE")
     with urllib.request.urlopen(flush, timeout=10) as answer:
@@ -139,8 +138,8 @@ def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Ite
 
     monkeypatch.setenv("HOME", localstripe.home)
     monkeypatch.setenv("STRIPE_API_BASE", localstripe.base)
-    monkeypatch.setitem(stripe_connector._settings, "api_base", None)  # restored afterwards
-    monkeypatch.setitem(stripe_connector._settings, "max_network_retries", 0)
+    monkeypatch.setitem(_stripe_io._settings, "api_base", None)  # restored afterwards
+    monkeypatch.setitem(_stripe_io._settings, "max_network_retries", 0)
     previous = set_credential_resolver({"stripe": STRIPE_TEST_KEY}.__getitem__)
     yield localstripe
     set_credential_resolver(previous)

@@ -16,7 +16,11 @@ from agent_saga._registry import is_registered
 MODULES = [
     "agent_saga.connectors",
     "agent_saga.connectors._common",
+    "agent_saga.connectors._pg_io",
     "agent_saga.connectors._pg_sql",
+    "agent_saga.connectors._pg_undo",
+    "agent_saga.connectors._sf_client",
+    "agent_saga.connectors._stripe_io",
     "agent_saga.connectors.postgres",
     "agent_saga.connectors.salesforce",
     "agent_saga.connectors.stripe",

@@ -217,7 +217,9 @@ def test_bad_input_is_refused_before_any_write(sf: Any, tmp_path: Path) -> None:
 def test_an_unconfigured_process_says_how_to_configure_it(
     sf: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sfc._settings, "instance_url", None)
+    from agent_saga.connectors import _sf_client
+
+    monkeypatch.setitem(_sf_client._settings, "instance_url", None)
     with pytest.raises(SagaUsageError, match=r"configure\(instance_url=\.\.\.\)"):
         with saga("x", wal_path=str(tmp_path / "u.wal")):
             sfc.update_record("Contact", contact(sf), {"Title": "x"}, session=SESSION)

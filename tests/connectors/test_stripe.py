@@ -16,6 +16,7 @@ from agent_saga.connectors import (
     CredentialRef,
     MissingExtra,
     PaymentDeclined,
+    ServiceOutcomeUnknown,
     set_credential_resolver,
 )
 from agent_saga.connectors import stripe as sc
@@ -170,7 +171,7 @@ def test_a_network_error_is_unknown_and_rollback_settles_it_by_replay(
     pm = stripe_env.card()
     sc.configure(api_base=_dead_port())
     try:
-        with pytest.raises(sc.ServiceOutcomeUnknown), saga("net", wal_path=str(wal)):
+        with pytest.raises(ServiceOutcomeUnknown), saga("net", wal_path=str(wal)):
             try:
                 sc.create_charge(amount=450, currency="eur", source=pm, api_key=KEY)
             finally:
@@ -193,7 +194,7 @@ def test_a_5xx_after_the_charge_landed_is_unknown_and_escalated_never_guessed(
     wal = tmp_path / "5xx.wal"
     stripe_env.fail_next("/v1/charges")
     with pytest.raises(CompensationFailed), saga("5xx", wal_path=str(wal)):
-        with pytest.raises(sc.ServiceOutcomeUnknown) as caught:
+        with pytest.raises(ServiceOutcomeUnknown) as caught:
             sc.create_charge(amount=650, currency="eur", source="pm_card_visa", api_key=KEY)
         assert caught.value.http_status == 500
         raise Boom

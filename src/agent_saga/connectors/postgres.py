@@ -68,6 +68,7 @@ from .. import (
 )
 from ..secrets import CredentialRef
 from . import _pg_sql as Q
+from . import _pg_undo as U
 from ._common import (
     InvalidTarget,
     ServiceOutcomeUnknown,
@@ -75,11 +76,9 @@ from ._common import (
     TargetChanged,
     check_json,
     check_ref,
-    require_extra,
     require_saga,
-    safe_text,
 )
-from ._credentials import resolve_credential
+from ._pg_io import Database, psycopg_module, run, run_async
 
 __all__ = [
     "RESOLVER",
@@ -99,113 +98,6 @@ __all__ = [
 
 RESTORE_HANDLER = "postgres.restore"
 RESOLVER = "postgres.resolve"
-
-Database = str | CredentialRef
-
-
-# ---- connections and the two drivers --------------------------------------------------
-
-
-def _psycopg() -> Any:
-    return require_extra("psycopg", "postgres")
-
-
-def _connect_kwargs(database: Database, password: CredentialRef | None) -> dict[str, Any]:
-    psycopg = _psycopg()
-    if isinstance(database, CredentialRef):
-        conninfo = resolve_credential(database)
-    elif isinstance(database, str):
-        conninfo = database
-    else:
-        raise SagaUsageError(
-            f"database must be a connection string or a CredentialRef, got "
-            f"{type(database).__name__}"
-        )
-    try:
-        params: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        # The string may hold a password (from a resolver): never echo it.
-        raise SagaUsageError(
-            "database is not a valid libpq connection string or postgresql:// URL"
-        ) from None
-    params["options"] = f"{params.get('options', '')} {Q.SESSION_OPTIONS}".strip()
-    params["autocommit"] = True
-    if password is not None:
-        params["password"] = resolve_credential(password)
-    return params
-
-
-def _translate(exc: Exception, query: Q.Query | None) -> Exception:
-    """A psycopg error as a ``SagaError``: what it says about the write's outcome."""
-    code = getattr(exc, "sqlstate", None)
-    diag = getattr(exc, "diag", None)
-    text = safe_text(getattr(diag, "message_primary", None) or exc)
-    if query is None:
-        return ServiceRejected(f"could not connect to PostgreSQL: {text}", service="postgres")
-    if query.checking:
-        if code is not None and (code.startswith("22") or code in ("42703", "42P01", "42804")):
-            return InvalidTarget(f"PostgreSQL refused a value: {text}")
-        return ServiceRejected(
-            f"PostgreSQL refused the pre-flight read: {text}", service="postgres", code=code
-        )
-    if code is not None and not code.startswith("08"):
-        # The server reported the error: in autocommit the statement rolled back.
-        return ServiceRejected(
-            f"PostgreSQL refused the statement ({code}): {text}", service="postgres", code=code
-        )
-    return ServiceOutcomeUnknown(
-        f"the connection to PostgreSQL failed during the statement; it may have been "
-        f"committed: {text}",
-        service="postgres",
-        code=code,
-    )
-
-
-def _run(database: Database, password: CredentialRef | None, protocol: Q.Protocol) -> Any:
-    """Carry out ``protocol`` on one autocommit connection (blocking)."""
-    psycopg = _psycopg()
-    kwargs = _connect_kwargs(database, password)
-    try:
-        conn = psycopg.connect(**kwargs)
-    except psycopg.Error as exc:
-        raise _translate(exc, None) from exc
-    with conn:
-        rows: Q.Rows | None = None
-        while True:
-            try:
-                query = protocol.send(rows)  # type: ignore[arg-type]
-            except StopIteration as stop:
-                return stop.value
-            try:
-                cur = conn.execute(query.statement, query.params)
-                rows = cur.fetchall() if cur.description is not None else []
-            except psycopg.Error as exc:
-                raise _translate(exc, query) from exc
-
-
-async def _run_async(
-    database: Database, password: CredentialRef | None, protocol: Q.Protocol
-) -> Any:
-    """Carry out ``protocol`` on one autocommit connection without blocking the loop."""
-    psycopg = _psycopg()
-    kwargs = _connect_kwargs(database, password)
-    try:
-        conn = await psycopg.AsyncConnection.connect(**kwargs)
-    except psycopg.Error as exc:
-        raise _translate(exc, None) from exc
-    async with conn:
-        rows: Q.Rows | None = None
-        while True:
-            try:
-                query = protocol.send(rows)  # type: ignore[arg-type]
-            except StopIteration as stop:
-                return stop.value
-            try:
-                cur = await conn.execute(query.statement, query.params)
-                rows = await cur.fetchall() if cur.description is not None else []
-            except psycopg.Error as exc:
-                raise _translate(exc, query) from exc
-
 
 # ---- compensation handlers and the resolver -------------------------------------------
 
@@ -246,9 +138,7 @@ def restore(
         ServiceRejected: PostgreSQL refused the statement.
         ServiceOutcomeUnknown: the connection failed during the statement.
     """
-    result: str = _run(
-        database, password, Q.restore_protocol(op, schema, table, key, before, after)
-    )
+    result: str = run(database, password, U.restore_protocol(op, schema, table, key, before, after))
     return result
 
 
@@ -283,8 +173,8 @@ async def restore_async(
     Raises:
         TargetChanged: as for :func:`restore`.
     """
-    result: str = await _run_async(
-        database, password, Q.restore_protocol(op, schema, table, key, before, after)
+    result: str = await run_async(
+        database, password, U.restore_protocol(op, schema, table, key, before, after)
     )
     return result
 
@@ -308,10 +198,10 @@ def resolve(
     if not isinstance(kwargs, Mapping) or op not in ("update", "insert", "delete"):
         return Resolution.undecided(f"not a postgres step I know: {tool!r}")
     try:
-        verdict, why = _run(
+        verdict, why = run(
             kwargs["database"],
             kwargs.get("password"),
-            Q.resolve_protocol(
+            U.resolve_protocol(
                 op,
                 kwargs["schema"],
                 kwargs["table"],
@@ -380,7 +270,7 @@ def _update(
     after: dict[str, str | None],
     password: CredentialRef | None = None,
 ) -> dict[str, Any]:
-    core = _run(database, password, Q.update_forward(schema, table, key, before, after))
+    core = run(database, password, Q.update_forward(schema, table, key, before, after))
     return {**_common(database, password, schema, table), **core}
 
 
@@ -396,7 +286,7 @@ async def _update_async(
     password: CredentialRef | None = None,
 ) -> dict[str, Any]:
     protocol = Q.update_forward(schema, table, key, before, after)
-    core = await _run_async(database, password, protocol)
+    core = await run_async(database, password, protocol)
     return {**_common(database, password, schema, table), **core}
 
 
@@ -410,7 +300,7 @@ def _insert(
     after: dict[str, str | None],
     password: CredentialRef | None = None,
 ) -> dict[str, Any]:
-    core = _run(database, password, Q.insert_forward(schema, table, after))
+    core = run(database, password, Q.insert_forward(schema, table, after))
     return {**_common(database, password, schema, table), **core}
 
 
@@ -424,7 +314,7 @@ async def _insert_async(
     after: dict[str, str | None],
     password: CredentialRef | None = None,
 ) -> dict[str, Any]:
-    core = await _run_async(database, password, Q.insert_forward(schema, table, after))
+    core = await run_async(database, password, Q.insert_forward(schema, table, after))
     return {**_common(database, password, schema, table), **core}
 
 
@@ -438,7 +328,7 @@ def _delete(
     before: dict[str, str | None],
     password: CredentialRef | None = None,
 ) -> dict[str, Any]:
-    core = _run(database, password, Q.delete_forward(schema, table, key, before))
+    core = run(database, password, Q.delete_forward(schema, table, key, before))
     return {**_common(database, password, schema, table), **core}
 
 
@@ -452,7 +342,7 @@ async def _delete_async(
     before: dict[str, str | None],
     password: CredentialRef | None = None,
 ) -> dict[str, Any]:
-    core = await _run_async(database, password, Q.delete_forward(schema, table, key, before))
+    core = await run_async(database, password, Q.delete_forward(schema, table, key, before))
     return {**_common(database, password, schema, table), **core}
 
 
@@ -465,7 +355,7 @@ def _preflight(
     **values: Any,
 ) -> None:
     require_saga(f"postgres.{what}")
-    _psycopg()
+    psycopg_module()
     if not isinstance(database, str | CredentialRef):
         raise SagaUsageError(
             f"database must be a connection string or a CredentialRef, got "
@@ -542,7 +432,7 @@ def update_row(
         ServiceOutcomeUnknown: the connection failed during the write.
     """
     _preflight("update_row", database, password, schema, table, key=key, values=values)
-    core = _run(database, password, Q.prepare_update(schema, table, key, values))
+    core = run(database, password, Q.prepare_update(schema, table, key, values))
     return _view(_update(**_common(database, password, schema, table), **core))
 
 
@@ -557,22 +447,10 @@ async def update_row_async(
 ) -> dict[str, Any]:
     """:func:`update_row` for ``async with saga(...)`` (psycopg's async connection).
 
-    Args:
-        database: See :func:`update_row`.
-        table: See :func:`update_row`.
-        key: See :func:`update_row`.
-        values: See :func:`update_row`.
-        schema: See :func:`update_row`.
-        password: See :func:`update_row`.
-
-    Returns:
-        As :func:`update_row`.
-
-    Raises:
-        As :func:`update_row`.
+    Args, Returns, Raises: as for :func:`update_row`.
     """
     _preflight("update_row_async", database, password, schema, table, key=key, values=values)
-    core = await _run_async(database, password, Q.prepare_update(schema, table, key, values))
+    core = await run_async(database, password, Q.prepare_update(schema, table, key, values))
     result: dict[str, Any] = _view(
         await _update_async(**_common(database, password, schema, table), **core)
     )
@@ -609,7 +487,7 @@ def insert_row(
         ServiceRejected: PostgreSQL refused the insert (e.g. a constraint).
     """
     _preflight("insert_row", database, password, schema, table, values=values)
-    core = _run(database, password, Q.prepare_insert(schema, table, values))
+    core = run(database, password, Q.prepare_insert(schema, table, values))
     return _view(_insert(**_common(database, password, schema, table), **core))
 
 
@@ -623,21 +501,10 @@ async def insert_row_async(
 ) -> dict[str, Any]:
     """:func:`insert_row` for ``async with saga(...)``.
 
-    Args:
-        database: See :func:`update_row`.
-        table: See :func:`insert_row`.
-        values: See :func:`insert_row`.
-        schema: See :func:`insert_row`.
-        password: See :func:`insert_row`.
-
-    Returns:
-        As :func:`insert_row`.
-
-    Raises:
-        As :func:`insert_row`.
+    Args, Returns, Raises: as for :func:`insert_row`.
     """
     _preflight("insert_row_async", database, password, schema, table, values=values)
-    core = await _run_async(database, password, Q.prepare_insert(schema, table, values))
+    core = await run_async(database, password, Q.prepare_insert(schema, table, values))
     result: dict[str, Any] = _view(
         await _insert_async(**_common(database, password, schema, table), **core)
     )
@@ -673,7 +540,7 @@ def delete_row(
         TargetChanged: the row changed between the pre-flight read and the delete.
     """
     _preflight("delete_row", database, password, schema, table, key=key)
-    core = _run(database, password, Q.prepare_delete(schema, table, key))
+    core = run(database, password, Q.prepare_delete(schema, table, key))
     return _view(_delete(**_common(database, password, schema, table), **core))
 
 
@@ -687,21 +554,10 @@ async def delete_row_async(
 ) -> dict[str, Any]:
     """:func:`delete_row` for ``async with saga(...)``.
 
-    Args:
-        database: See :func:`update_row`.
-        table: See :func:`delete_row`.
-        key: See :func:`delete_row`.
-        schema: See :func:`delete_row`.
-        password: See :func:`delete_row`.
-
-    Returns:
-        As :func:`delete_row`.
-
-    Raises:
-        As :func:`delete_row`.
+    Args, Returns, Raises: as for :func:`delete_row`.
     """
     _preflight("delete_row_async", database, password, schema, table, key=key)
-    core = await _run_async(database, password, Q.prepare_delete(schema, table, key))
+    core = await run_async(database, password, Q.prepare_delete(schema, table, key))
     result: dict[str, Any] = _view(
         await _delete_async(**_common(database, password, schema, table), **core)
     )
@@ -737,7 +593,7 @@ def upsert_row(
         As :func:`update_row` and :func:`insert_row`.
     """
     _preflight("upsert_row", database, password, schema, table, key=key, values=values)
-    if _run(database, password, Q.row_exists(schema, table, key)):
+    if run(database, password, Q.row_exists(schema, table, key)):
         return update_row(database, table, key, values, schema=schema, password=password)
     return insert_row(database, table, {**key, **values}, schema=schema, password=password)
 
@@ -753,22 +609,10 @@ async def upsert_row_async(
 ) -> dict[str, Any]:
     """:func:`upsert_row` for ``async with saga(...)``.
 
-    Args:
-        database: See :func:`update_row`.
-        table: See :func:`upsert_row`.
-        key: See :func:`upsert_row`.
-        values: See :func:`upsert_row`.
-        schema: See :func:`upsert_row`.
-        password: See :func:`upsert_row`.
-
-    Returns:
-        As :func:`upsert_row`.
-
-    Raises:
-        As :func:`upsert_row`.
+    Args, Returns, Raises: as for :func:`upsert_row`.
     """
     _preflight("upsert_row_async", database, password, schema, table, key=key, values=values)
-    if await _run_async(database, password, Q.row_exists(schema, table, key)):
+    if await run_async(database, password, Q.row_exists(schema, table, key)):
         return await update_row_async(
             database, table, key, values, schema=schema, password=password
         )

@@ -52,13 +52,8 @@ typed errors for Salesforce's error bodies, ``SFType`` URL building, an injectab
 
 from __future__ import annotations
 
-import email.utils
-import re
-import threading
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from .. import (
     ActionSemantics,
@@ -77,11 +72,20 @@ from ._common import (
     TargetChanged,
     check_json,
     check_ref,
-    require_extra,
     require_saga,
-    safe_text,
 )
-from ._credentials import resolve_credential
+from ._sf_client import (
+    Org,
+    call,
+    check_fields,
+    configure,
+    describe,
+    http_date,
+    load_sdk,
+    read,
+    record_label,
+    valid,
+)
 
 __all__ = [
     "RESOLVER",
@@ -96,191 +100,6 @@ __all__ = [
 
 RESTORE_HANDLER = "salesforce.restore"
 RESOLVER = "salesforce.resolve"
-
-_ID = re.compile(r"[a-zA-Z0-9]{15}(?:[a-zA-Z0-9]{3})?")
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,79}")
-_settings: dict[str, Any] = {"instance_url": None, "version": "59.0", "session_factory": None}
-_describe_cache: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-_cache_lock = threading.Lock()
-
-
-def configure(
-    *,
-    instance_url: str | None = None,
-    api_version: str | None = None,
-    session_factory: Callable[[], Any] | None = None,
-) -> None:
-    """Set this process's Salesforce org (the log never holds it).
-
-    Args:
-        instance_url: ``https://<domain>.my.salesforce.com``.
-        api_version: REST API version, e.g. ``"59.0"``.
-        session_factory: Returns the ``requests.Session`` to use (CA bundle, proxies).
-
-    Raises:
-        SagaUsageError: ``instance_url`` is not an https URL, or the version is malformed.
-    """
-    if instance_url is not None:
-        if not instance_url.startswith("https://"):
-            raise SagaUsageError("instance_url must be an https:// URL (Salesforce is HTTPS only)")
-        _settings["instance_url"] = instance_url.rstrip("/")
-        _describe_cache.clear()
-    if api_version is not None:
-        if not re.fullmatch(r"\d{2,3}\.\d", api_version):
-            raise SagaUsageError(f"api_version must look like '59.0', got {api_version!r}")
-        _settings["version"] = api_version
-    if session_factory is not None:
-        if not callable(session_factory):
-            raise SagaUsageError("session_factory must be callable")
-        _settings["session_factory"] = session_factory
-
-
-# ---- the client and error translation -------------------------------------------------
-
-
-def _sdk() -> Any:
-    return require_extra("simple_salesforce", "salesforce")
-
-
-def _valid(sobject: Any, record_id: Any = None, fields: Any = ()) -> None:
-    """Refuse names and ids that are not Salesforce syntax (they become URL parts)."""
-    if not isinstance(sobject, str) or not _NAME.fullmatch(sobject):
-        raise InvalidTarget(f"{sobject!r} is not an sObject API name", target=str(sobject))
-    if record_id is not None and (not isinstance(record_id, str) or not _ID.fullmatch(record_id)):
-        raise InvalidTarget(f"{record_id!r} is not a Salesforce record id", target=sobject)
-    for name in fields:
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise InvalidTarget(f"{name!r} is not a field API name", target=sobject)
-
-
-class _Org:
-    """One use of the configured org: a resolved token and one HTTP session, closed after."""
-
-    def __init__(self, session: CredentialRef) -> None:
-        sdk = _sdk()
-        base = _settings["instance_url"]
-        if base is None:
-            raise SagaUsageError(
-                "the Salesforce connector is not configured in this process: call "
-                "agent_saga.connectors.salesforce.configure(instance_url=...) (the recovery "
-                "daemon needs it too, via --import)"
-            )
-        token = resolve_credential(session)
-        factory = _settings["session_factory"]
-        self.http = (
-            factory() if factory is not None else require_extra("requests", "salesforce").Session()
-        )
-        self._sdk, self._token, self._netloc = sdk, token, urlsplit(base).netloc
-
-    def __enter__(self) -> _Org:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.http.close()
-
-    def sobject(self, name: str) -> Any:
-        """The ``SFType`` for ``name`` (already validated)."""
-        return self._sdk.SFType(
-            name,
-            self._token,
-            self._netloc,
-            sf_version=_settings["version"],
-            session=self.http,
-            object_pairs_hook=dict,
-        )
-
-
-def _translate(exc: Exception) -> ServiceError | TargetChanged:
-    sdk = _sdk()
-    requests = require_extra("requests", "salesforce")
-    if isinstance(exc, sdk.exceptions.SalesforceError):
-        body = exc.content
-        first = body[0] if isinstance(body, list) and body and isinstance(body[0], dict) else {}
-        code = first.get("errorCode")
-        text = safe_text(first.get("message") or body)
-        kw: dict[str, Any] = {"service": "salesforce", "code": code, "http_status": exc.status}
-        if exc.status == 412:
-            return TargetChanged(
-                f"Salesforce: the record was modified since it was read ({code}): {text}",
-                target=str(exc.resource_name),
-            )
-        if exc.status >= 500:
-            return ServiceOutcomeUnknown(f"Salesforce failed ({exc.status} {code}): {text}", **kw)
-        return ServiceRejected(f"Salesforce refused the request ({code}): {text}", **kw)
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return ServiceRejected(
-            f"could not reach Salesforce: {safe_text(exc)}", service="salesforce"
-        )
-    return ServiceOutcomeUnknown(
-        f"the connection to Salesforce failed; the request may have taken effect: "
-        f"{safe_text(type(exc).__name__)}",
-        service="salesforce",
-    )
-
-
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    sdk = _sdk()
-    requests = require_extra("requests", "salesforce")
-    try:
-        return fn(*args, **kwargs)
-    except (sdk.exceptions.SalesforceError, requests.exceptions.RequestException) as exc:
-        raise _translate(exc) from exc
-
-
-def _describe(org: _Org, sobject: str) -> dict[str, dict[str, Any]]:
-    key = (str(_settings["instance_url"]), sobject)
-    with _cache_lock:
-        cached = _describe_cache.get(key)
-    if cached is not None:
-        return cached
-    try:
-        described = _call(org.sobject(sobject).describe)
-    except ServiceRejected as exc:
-        if exc.http_status == 404:
-            raise InvalidTarget(f"Salesforce has no sObject {sobject!r}", target=sobject) from exc
-        raise
-    fields = {f["name"]: f for f in described.get("fields", [])}
-    with _cache_lock:
-        _describe_cache[key] = fields
-    return fields
-
-
-def _check_fields(org: _Org, sobject: str, names: list[str], need: str) -> None:
-    fields = _describe(org, sobject)
-    unknown = [n for n in names if n not in fields]
-    if unknown:
-        raise InvalidTarget(
-            f"{sobject} has no field {', '.join(map(repr, unknown))}", target=sobject
-        )
-    locked = [n for n in names if not fields[n].get(need)]
-    if locked:
-        raise InvalidTarget(
-            f"field(s) {', '.join(locked)} of {sobject} are not {need} (describe says so)",
-            target=sobject,
-        )
-
-
-def _read(org: _Org, sobject: str, record_id: str, names: list[str]) -> dict[str, Any] | None:
-    """The record's ``names`` and ``LastModifiedDate``, or None when it is gone."""
-    wanted = ",".join([*names, "LastModifiedDate"])
-    try:
-        got = _call(org.sobject(sobject).get, record_id, params={"fields": wanted})
-    except ServiceRejected as exc:
-        if exc.http_status == 404:
-            return None
-        raise
-    return {n: got.get(n) for n in [*names, "LastModifiedDate"]}
-
-
-def _http_date(last_modified: str) -> str:
-    """``If-Unmodified-Since`` for a ``LastModifiedDate`` (whole seconds, as Salesforce)."""
-    when = datetime.strptime(last_modified, "%Y-%m-%dT%H:%M:%S.%f%z")
-    return email.utils.format_datetime(when, usegmt=True)
-
-
-def _label(sobject: str, record_id: str) -> str:
-    return f"{sobject}/{record_id}"
-
 
 # ---- compensation and resolution ---------------------------------------------------------
 
@@ -322,13 +141,13 @@ def restore(
         ServiceRejected: Salesforce refused the request.
         ServiceOutcomeUnknown: the request failed in a way that may have taken effect.
     """
-    _valid(sobject, record_id, list(before or {}))
-    with _Org(session) as org:
+    valid(sobject, record_id, list(before or {}))
+    with Org(session) as org:
         return _restore(org, op, sobject, record_id, last_modified, before, after)
 
 
 def _restore(
-    org: _Org,
+    org: Org,
     op: str,
     sobject: str,
     record_id: str,
@@ -336,9 +155,9 @@ def _restore(
     before: Mapping[str, Any] | None,
     after: Mapping[str, Any] | None,
 ) -> str:
-    label = _label(sobject, record_id)
+    label = record_label(sobject, record_id)
     if op == "create":
-        now = _read(org, sobject, record_id, [])
+        now = read(org, sobject, record_id, [])
         if now is None:
             return "already"
         if now["LastModifiedDate"] != last_modified:
@@ -349,7 +168,7 @@ def _restore(
                 diff={"LastModifiedDate": {"expected": last_modified, "found": found}},
             )
         try:
-            _call(org.sobject(sobject).delete, record_id)
+            call(org.sobject(sobject).delete, record_id)
         except ServiceRejected as exc:
             if exc.http_status == 404:
                 return "already"
@@ -358,7 +177,7 @@ def _restore(
     if op != "update" or before is None or after is None:
         raise InvalidTarget(f"unknown salesforce operation {op!r}", target=label)
     names = list(before)
-    now = _read(org, sobject, record_id, names)
+    now = read(org, sobject, record_id, names)
     if now is None:
         raise TargetChanged(f"{label} was deleted since this step", target=label)
     if all(now[n] == before[n] for n in names):
@@ -374,8 +193,8 @@ def _restore(
             target=label,
             diff=changed,
         )
-    headers = {"If-Unmodified-Since": _http_date(last_modified)}
-    _call(org.sobject(sobject).update, record_id, dict(before), headers=headers)
+    headers = {"If-Unmodified-Since": http_date(last_modified)}
+    call(org.sobject(sobject).update, record_id, dict(before), headers=headers)
     return "restored"
 
 
@@ -408,12 +227,12 @@ def resolve(
     sobject, record_id, session = kwargs["sobject"], kwargs["record_id"], kwargs["session"]
     before, after = dict(kwargs["before"]), dict(kwargs["fields"])
     try:
-        _valid(sobject, record_id, list(before))
-        with _Org(session) as org:
-            now = _read(org, sobject, record_id, list(before))
+        valid(sobject, record_id, list(before))
+        with Org(session) as org:
+            now = read(org, sobject, record_id, list(before))
     except (ServiceError, SagaUsageError) as exc:
         return Resolution.undecided(f"cannot read the record: {exc}")
-    label = _label(sobject, record_id)
+    label = record_label(sobject, record_id)
     if now is None:
         return Resolution.undecided(f"{label} no longer exists")
     if all(now[n] == after[n] for n in after):
@@ -481,13 +300,13 @@ def _update(
     last_modified: str,
     session: CredentialRef,
 ) -> dict[str, Any]:
-    headers = {"If-Unmodified-Since": _http_date(last_modified)}
-    with _Org(session) as org:
-        _call(org.sobject(sobject).update, record_id, dict(fields), headers=headers)
-        now = _read(org, sobject, record_id, list(fields))
+    headers = {"If-Unmodified-Since": http_date(last_modified)}
+    with Org(session) as org:
+        call(org.sobject(sobject).update, record_id, dict(fields), headers=headers)
+        now = read(org, sobject, record_id, list(fields))
     if now is None:
         raise ServiceOutcomeUnknown(
-            f"{_label(sobject, record_id)} vanished right after it was patched",
+            f"{record_label(sobject, record_id)} vanished right after it was patched",
             service="salesforce",
         )
     return {
@@ -509,10 +328,10 @@ def _update(
     no_effect_on=(ServiceRejected,),
 )
 def _create(*, sobject: str, fields: dict[str, Any], session: CredentialRef) -> dict[str, Any]:
-    with _Org(session) as org:
-        made = _call(org.sobject(sobject).create, dict(fields))
+    with Org(session) as org:
+        made = call(org.sobject(sobject).create, dict(fields))
         record_id = str(made["id"])
-        now = _read(org, sobject, record_id, [])
+        now = read(org, sobject, record_id, [])
     return {
         "sobject": sobject,
         "record_id": record_id,
@@ -524,19 +343,19 @@ def _create(*, sobject: str, fields: dict[str, Any], session: CredentialRef) -> 
 def _capture_delete(*, sobject: str, record_id: str, session: Any) -> dict[str, Any]:
     # Not an undo: what a human needs to re-create the record by hand.
     ref = CredentialRef.from_json(session) if CredentialRef.is_ref(session) else session
-    with _Org(ref) as org:
-        fields = _describe(org, sobject)
+    with Org(ref) as org:
+        fields = describe(org, sobject)
         names = [n for n, f in fields.items() if f.get("createable")]
-        now = _read(org, sobject, record_id, names)
+        now = read(org, sobject, record_id, names)
     if now is None:
-        raise InvalidTarget(f"{_label(sobject, record_id)} does not exist", target=sobject)
+        raise InvalidTarget(f"{record_label(sobject, record_id)} does not exist", target=sobject)
     return {"record": {n: now[n] for n in names if now[n] is not None}}
 
 
 @tool(name="salesforce.delete", semantics=ActionSemantics.IRREVERSIBLE, capture=_capture_delete)
 def _delete(*, sobject: str, record_id: str, session: CredentialRef) -> dict[str, Any]:
-    with _Org(session) as org:
-        _call(org.sobject(sobject).delete, record_id)
+    with Org(session) as org:
+        call(org.sobject(sobject).delete, record_id)
     return {"sobject": sobject, "record_id": record_id, "deleted": True}
 
 
@@ -544,13 +363,13 @@ def _preflight(
     what: str, sobject: Any, session: Any, record_id: Any = None, fields: Any = None
 ) -> None:
     require_saga(f"salesforce.{what}")
-    _sdk()
+    load_sdk()
     check_ref(session, "session")
     if fields is not None:
         if not isinstance(fields, Mapping) or not fields:
             raise SagaUsageError("fields must be a non-empty dict of field -> value")
         check_json(dict(fields), "fields")
-    _valid(sobject, record_id, list(fields or {}))
+    valid(sobject, record_id, list(fields or {}))
 
 
 def update_record(
@@ -579,11 +398,11 @@ def update_record(
     """
     _preflight("update_record", sobject, session, record_id, fields)
     names = list(fields)
-    with _Org(session) as org:
-        _check_fields(org, sobject, names, "updateable")
-        now = _read(org, sobject, record_id, names)
+    with Org(session) as org:
+        check_fields(org, sobject, names, "updateable")
+        now = read(org, sobject, record_id, names)
     if now is None:
-        raise InvalidTarget(f"{_label(sobject, record_id)} does not exist", target=sobject)
+        raise InvalidTarget(f"{record_label(sobject, record_id)} does not exist", target=sobject)
     return _update(
         sobject=sobject,
         record_id=record_id,
@@ -609,8 +428,8 @@ def create_record(sobject: str, fields: Mapping[str, Any], *, session: Credentia
         As :func:`update_record`.
     """
     _preflight("create_record", sobject, session, None, fields)
-    with _Org(session) as org:
-        _check_fields(org, sobject, list(fields), "createable")
+    with Org(session) as org:
+        check_fields(org, sobject, list(fields), "createable")
     return _create(sobject=sobject, fields=dict(fields), session=session)
 
 

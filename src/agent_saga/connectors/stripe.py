@@ -49,8 +49,7 @@ log, so a tampered log cannot send the key elsewhere.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from .. import (
@@ -58,7 +57,6 @@ from .. import (
     Compensation,
     Resolution,
     SagaUsageError,
-    _config,
     register_handler,
     tool,
 )
@@ -66,15 +64,13 @@ from ..secrets import CredentialRef
 from ._common import (
     PaymentDeclined,
     ServiceError,
-    ServiceOutcomeUnknown,
     ServiceRejected,
     check_json,
     check_ref,
-    require_extra,
     require_saga,
-    safe_text,
 )
 from ._credentials import resolve_credential
+from ._stripe_io import Protocol, Request, configure, load_sdk, run, run_async
 
 __all__ = [
     "REFUND_HANDLER",
@@ -95,159 +91,19 @@ RESOLVER = "stripe.resolve"
 #: Stripe keeps idempotency keys for 24 hours; replay only well inside that.
 REPLAY_WINDOW_SECONDS = 23 * 3600
 
-_settings: dict[str, Any] = {"api_base": None, "max_network_retries": 2}
-
-
-def configure(*, api_base: str | None = None, max_network_retries: int | None = None) -> None:
-    """Set this process's Stripe endpoint and SDK retries (the log never holds them).
-
-    Args:
-        api_base: e.g. ``http://127.0.0.1:8420`` for localstripe (default: the
-            ``STRIPE_API_BASE`` environment variable, else Stripe's own).
-        max_network_retries: The SDK's retries of a failed request (same key).
-
-    Raises:
-        SagaUsageError: ``api_base`` is not an http(s) URL.
-    """
-    if api_base is not None:
-        if not api_base.startswith(("http://", "https://")):
-            raise SagaUsageError(f"api_base must be an http(s) URL, got {api_base!r}")
-        _settings["api_base"] = api_base.rstrip("/")
-    if max_network_retries is not None:
-        _settings["max_network_retries"] = int(max_network_retries)
-
-
-def _sdk() -> Any:
-    return require_extra("stripe", "stripe")
-
-
-def _api_base() -> str | None:
-    base: str | None = _settings["api_base"] or _config.stripe_api_base()
-    return base.rstrip("/") if base else None
-
-
-# ---- what to send, as data; two drivers send it ---------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """One SDK call: ``client.v1.<service>.<method>(params=..., options=...)``."""
-
-    service: str
-    method: str
-    args: tuple[Any, ...] = ()
-    params: Mapping[str, Any] | None = None
-    idempotency_key: str | None = None
-
-
-_Protocol = Generator[_Request, Any, Any]
-
-
-def _translate(exc: Exception) -> ServiceError:
-    """A Stripe SDK error as a ``ServiceError``; the vendor's code is kept."""
-    sdk = _sdk()
-    status = getattr(exc, "http_status", None)
-    code = getattr(exc, "code", None)
-    text = safe_text(getattr(exc, "user_message", None) or str(exc) or type(exc).__name__)
-    kw: dict[str, Any] = {"service": "stripe", "code": code, "http_status": status}
-    if isinstance(exc, sdk.CardError):
-        return PaymentDeclined(
-            f"Stripe declined the payment ({code}): {text}",
-            decline_code=getattr(getattr(exc, "error", None), "decline_code", None),
-            **kw,
-        )
-    if isinstance(exc, sdk.IdempotencyError) or code == "idempotency_key_in_use" or status == 409:
-        # The key is known to Stripe with another request, or one still running.
-        return ServiceOutcomeUnknown(f"Stripe idempotency conflict: {text}", **kw)
-    if isinstance(exc, sdk.APIConnectionError) or status is None or status >= 500:
-        return ServiceOutcomeUnknown(
-            f"Stripe request failed; it may have taken effect: {text}", **kw
-        )
-    return ServiceRejected(f"Stripe refused the request ({code or status}): {text}", **kw)
-
-
-def _client(sdk: Any, api_key: CredentialRef, http: Any) -> Any:
-    kwargs: dict[str, Any] = {
-        "max_network_retries": _settings["max_network_retries"],
-        "http_client": http,
-    }
-    base = _api_base()
-    if base:
-        kwargs["base_addresses"] = {"api": base}
-    return sdk.StripeClient(resolve_credential(api_key), **kwargs)
-
-
-def _call(client: Any, req: _Request, suffix: str = "") -> Any:
-    method = getattr(getattr(client.v1, req.service), req.method + suffix)
-    options = {"idempotency_key": req.idempotency_key} if req.idempotency_key else None
-    kwargs: dict[str, Any] = {}
-    if req.params is not None:
-        kwargs["params"] = dict(req.params)
-    if options:
-        kwargs["options"] = options
-    return method(*req.args, **kwargs)
-
-
-def _run(api_key: CredentialRef, protocol: _Protocol) -> Any:
-    """Carry out ``protocol``'s requests with the sync SDK client."""
-    sdk = _sdk()
-    http = sdk.RequestsClient()
-    try:
-        client = _client(sdk, api_key, http)
-        send: Any = None
-        error: ServiceError | None = None
-        while True:
-            try:
-                req = protocol.send(send) if error is None else protocol.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            send, error = None, None
-            try:
-                send = _call(client, req)
-            except sdk.StripeError as exc:
-                error = _translate(exc)
-                error.__cause__ = exc
-    finally:
-        http.close()
-
-
-async def _run_async(api_key: CredentialRef, protocol: _Protocol) -> Any:
-    """Carry out ``protocol``'s requests with the SDK's async client (aiohttp)."""
-    sdk = _sdk()
-    require_extra("aiohttp", "stripe")
-    http = sdk.AIOHTTPClient()
-    try:
-        client = _client(sdk, api_key, http)
-        send: Any = None
-        error: ServiceError | None = None
-        while True:
-            try:
-                req = protocol.send(send) if error is None else protocol.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            send, error = None, None
-            try:
-                send = await _call(client, req, "_async")
-            except sdk.StripeError as exc:
-                error = _translate(exc)
-                error.__cause__ = exc
-    finally:
-        await http.close_async()
-
-
 # ---- refund: the compensation ---------------------------------------------------------
 
 
 def _refund_protocol(
     charge: str | None, payment_intent: str | None, amount: int | None, token: str | None
-) -> _Protocol:
+) -> Protocol:
     params: dict[str, Any] = {"charge": charge} if charge else {"payment_intent": payment_intent}
     if amount is not None:
         params["amount"] = amount
     if token:
         params["metadata"] = {"agent_saga_token": token}
     try:
-        made = yield _Request("refunds", "create", params=params, idempotency_key=token)
+        made = yield Request("refunds", "create", params=params, idempotency_key=token)
     except ServiceRejected as exc:
         if exc.code == "charge_already_refunded":
             return "already refunded"
@@ -293,7 +149,7 @@ def refund(
         ServiceOutcomeUnknown: network error or 5xx; retry with the same key.
     """
     _check_refund(charge, payment_intent, amount, api_key)
-    result: str = _run(api_key, _refund_protocol(charge, payment_intent, amount, idempotency_key))
+    result: str = run(api_key, _refund_protocol(charge, payment_intent, amount, idempotency_key))
     return result
 
 
@@ -307,22 +163,11 @@ async def refund_async(
 ) -> str:
     """:func:`refund` without blocking the event loop (used by async sagas in-process).
 
-    Args:
-        api_key: See :func:`refund`.
-        charge: See :func:`refund`.
-        payment_intent: See :func:`refund`.
-        amount: See :func:`refund`.
-        idempotency_key: See :func:`refund`.
-
-    Returns:
-        As :func:`refund`.
-
-    Raises:
-        As :func:`refund`.
+    Args, Returns, Raises: as for :func:`refund`.
     """
     _check_refund(charge, payment_intent, amount, api_key)
     protocol = _refund_protocol(charge, payment_intent, amount, idempotency_key)
-    result: str = await _run_async(api_key, protocol)
+    result: str = await run_async(api_key, protocol)
     return result
 
 
@@ -363,10 +208,10 @@ def _outcome(obj: Any) -> dict[str, Any]:
     return out
 
 
-def _forward(tool_name: str, kw: Mapping[str, Any], key: str) -> _Protocol:
+def _forward(tool_name: str, kw: Mapping[str, Any], key: str) -> Protocol:
     service, _ = _KINDS[tool_name]
     params = _params(tool_name, kw, key)
-    made = yield _Request(service, "create", params=params, idempotency_key=key)
+    made = yield Request(service, "create", params=params, idempotency_key=key)
     out = _outcome(made)
     if out["status"] in ("requires_payment_method", "canceled", "failed"):
         # Nothing was captured: the payment failed (a decline reported in the object).
@@ -411,7 +256,7 @@ def _spec(kind: str, fn: Any) -> dict[str, Any]:
 
 @tool(**_spec("stripe.charge", refund))
 def _charge(*, idempotency_key: str, api_key: CredentialRef, **kw: Any) -> dict[str, Any]:
-    result: dict[str, Any] = _run(api_key, _forward("stripe.charge", kw, idempotency_key))
+    result: dict[str, Any] = run(api_key, _forward("stripe.charge", kw, idempotency_key))
     return result
 
 
@@ -420,13 +265,13 @@ async def _charge_async(
     *, idempotency_key: str, api_key: CredentialRef, **kw: Any
 ) -> dict[str, Any]:
     protocol = _forward("stripe.charge", kw, idempotency_key)
-    result: dict[str, Any] = await _run_async(api_key, protocol)
+    result: dict[str, Any] = await run_async(api_key, protocol)
     return result
 
 
 @tool(**_spec("stripe.payment_intent", refund))
 def _intent(*, idempotency_key: str, api_key: CredentialRef, **kw: Any) -> dict[str, Any]:
-    result: dict[str, Any] = _run(api_key, _forward("stripe.payment_intent", kw, idempotency_key))
+    result: dict[str, Any] = run(api_key, _forward("stripe.payment_intent", kw, idempotency_key))
     return result
 
 
@@ -435,13 +280,13 @@ async def _intent_async(
     *, idempotency_key: str, api_key: CredentialRef, **kw: Any
 ) -> dict[str, Any]:
     protocol = _forward("stripe.payment_intent", kw, idempotency_key)
-    result: dict[str, Any] = await _run_async(api_key, protocol)
+    result: dict[str, Any] = await run_async(api_key, protocol)
     return result
 
 
 def _check(what: str, api_key: Any, amount: Any, currency: Any, **more: Any) -> dict[str, Any]:
     require_saga(f"stripe.{what}")
-    _sdk()
+    load_sdk()
     check_ref(api_key, "api_key")
     resolve_credential(api_key)  # fail before anything is logged if it cannot be resolved
     if type(amount) is not int or amount <= 0:
@@ -524,20 +369,7 @@ async def create_charge_async(
 ) -> dict[str, Any]:
     """:func:`create_charge` for ``async with saga(...)`` (the SDK's async client).
 
-    Args:
-        amount: See :func:`create_charge`.
-        currency: See :func:`create_charge`.
-        source: See :func:`create_charge`.
-        api_key: See :func:`create_charge`.
-        customer: See :func:`create_charge`.
-        description: See :func:`create_charge`.
-        metadata: See :func:`create_charge`.
-
-    Returns:
-        As :func:`create_charge`.
-
-    Raises:
-        As :func:`create_charge`.
+    Args, Returns, Raises: as for :func:`create_charge`.
     """
     kw = _check(
         "create_charge_async",
@@ -610,20 +442,7 @@ async def create_payment_intent_async(
 ) -> dict[str, Any]:
     """:func:`create_payment_intent` for ``async with saga(...)``.
 
-    Args:
-        amount: See :func:`create_payment_intent`.
-        currency: See :func:`create_payment_intent`.
-        payment_method: See :func:`create_payment_intent`.
-        api_key: See :func:`create_payment_intent`.
-        customer: See :func:`create_payment_intent`.
-        description: See :func:`create_payment_intent`.
-        metadata: See :func:`create_payment_intent`.
-
-    Returns:
-        As :func:`create_payment_intent`.
-
-    Raises:
-        As :func:`create_payment_intent`.
+    Args, Returns, Raises: as for :func:`create_payment_intent`.
     """
     kw = _check(
         "create_payment_intent_async",
@@ -675,7 +494,7 @@ def resolve(
     if not isinstance(api_key, CredentialRef):
         return Resolution.undecided("no api_key reference was recorded")
     try:
-        out = _run(api_key, _forward(tool, kwargs, idempotency_key))
+        out = run(api_key, _forward(tool, kwargs, idempotency_key))
     except PaymentDeclined as exc:
         return Resolution.no_effect(f"Stripe declined it: {exc.code}")
     except (ServiceError, SagaUsageError) as exc:

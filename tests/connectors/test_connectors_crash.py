@@ -164,7 +164,8 @@ def test_committed_steps_on_three_connectors_are_each_undone_once(crash: Crash) 
 
 
 @pytest.mark.parametrize(
-    ("skip", "interrupted"), [(0, "the Salesforce revert"), (2, "the Stripe refund")]
+    ("skip", "interrupted"),
+    [(0, "the Salesforce revert"), (1, "the PostgreSQL restore"), (2, "the Stripe refund")],
 )
 def test_a_crash_mid_compensation_is_finished_without_doing_anything_twice(
     crash: Crash, skip: int, interrupted: str

@@ -4,6 +4,7 @@ Subcommands::
 
     agent-saga runs --wal-path P [--status S] [--json]
     agent-saga wal verify --wal-path P [--json]
+    agent-saga wal encrypt --wal-path P     (with AGENT_SAGA_WAL_KEY set)
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
@@ -30,7 +31,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import _config
-from .errors import SagaError
+from .errors import SagaError, SagaUsageError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .wal.state import ApprovalView, SagaView, StepView
@@ -210,6 +211,27 @@ def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .wal.encryption import encryptor_from_env
+    from .wal.migrate import encrypt_log
+
+    encryptor = encryptor_from_env()
+    if encryptor is None:
+        raise SagaUsageError(
+            "set AGENT_SAGA_WAL_KEY to the key to encrypt the log with (base64 of 32 bytes)"
+        )
+    report = encrypt_log(_wal_path(args), encryptor)
+    if report.already:
+        out.write(f"{report.path}: already encrypted with this key")
+    else:
+        out.write(
+            f"{report.path}: sealed {report.records} records "
+            f"({report.bytes_before} -> {report.bytes_after} bytes)"
+        )
+    out.write(f"; {report.snapshots} snapshot(s) re-stored sealed\n")
+    return 0
+
+
 # ---- escalations -------------------------------------------------------------------
 
 
@@ -364,6 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
     compact.set_defaults(handler=_cmd_compact)
+
+    encrypt = wal_sub.add_parser(
+        "encrypt", help="encrypt a plaintext log and its snapshots in place (AGENT_SAGA_WAL_KEY)"
+    )
+    _add_wal_path(encrypt)
+    encrypt.set_defaults(handler=_cmd_encrypt)
 
     esc = sub.add_parser("escalations", help="list the human queue, or resolve an item")
     _add_wal_path(esc)

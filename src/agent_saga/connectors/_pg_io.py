@@ -2,7 +2,7 @@
 
 ``_pg_sql`` holds every statement and decision as generators of :class:`Query`;
 :func:`run` carries one out on a blocking psycopg connection, :func:`run_async` on an
-async one — the only code that differs by colour (STYLE §1).
+async one — the only code that differs by colour.
 """
 
 from __future__ import annotations

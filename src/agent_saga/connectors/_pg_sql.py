@@ -1,4 +1,4 @@
-"""The PostgreSQL connector's statements and decisions, without I/O (STYLE §1).
+"""The PostgreSQL connector's statements and decisions, without I/O.
 
 Every operation is a generator that *yields* :class:`Query` objects and receives
 their rows (a list of tuples); ``_pg_io`` drives it with a sync or an async psycopg

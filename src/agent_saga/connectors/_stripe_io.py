@@ -2,7 +2,7 @@
 
 ``stripe.py`` writes each operation as a generator of :class:`Request` objects (what to
 send, as data); :func:`run` sends them with the sync SDK client and :func:`run_async`
-with its async (aiohttp) client — the only code that differs by colour (STYLE §1).
+with its async (aiohttp) client — the only code that differs by colour.
 SDK errors are translated here, at the boundary, and thrown back into the generator.
 """
 

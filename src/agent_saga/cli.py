@@ -10,7 +10,7 @@ Subcommands::
     agent-saga escalations resolve ID --note TEXT [--by WHO] --wal-path P
     agent-saga approvals --wal-path P [--all] [--json]
     agent-saga approvals approve|deny ID --note TEXT [--by WHO] --wal-path P
-    agent-saga ui ...            (placeholder)
+    agent-saga ui --wal-path P [--host H] [--port N] [--token T] [--quiet]
 
 Exit codes: 0 success; 1 ``wal verify`` found damage; 2 usage errors and every
 expected error (a ``SagaError``, printed as one line ``agent-saga: error: ...``).
@@ -374,8 +374,12 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("--by", default=None, help="who decided (default: the OS user)")
         decide.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    stub = sub.add_parser("ui", help="time-travel debugger (not yet implemented)")
-    stub.set_defaults(handler=_not_yet("ui"), accepts_anything=True)
+    from .ui._cli import add_arguments as add_ui_arguments
+    from .ui._cli import run as run_ui
+
+    ui = sub.add_parser("ui", help="time-travel debugger: a web page over the WAL")
+    add_ui_arguments(ui)
+    ui.set_defaults(handler=run_ui)
     return parser
 
 

@@ -314,8 +314,11 @@ def _ts(rec: Mapping[str, Any]) -> float | None:
 def _decorate_steps(d: SagaDetail, steps: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """Add timings, gate and approval decisions and undo attempts to each step."""
     undo_order: list[int] = []
+    by_request: dict[Any, int] = {}
     for _off, rec in d.records:
         n = rec.get("step")
+        if rec.get("type") == R.APPROVAL_DECIDED:
+            n = by_request.get(rec.get("request"))  # a decision names its request, not a step
         if not isinstance(n, int) or isinstance(n, bool) or n not in steps:
             continue
         js = steps[n]
@@ -345,6 +348,7 @@ def _decorate_steps(d: SagaDetail, steps: dict[int, dict[str, Any]]) -> list[dic
         elif rtype in (R.COMMITTED, R.FORWARD_FAILED) and js["forward"] is not None:
             js["forward"]["end"] = ts
         elif rtype == R.APPROVAL_REQUESTED:
+            by_request[rec.get("request")] = n
             js["approvals"].append(
                 {"request": rec.get("request"), "requested": ts, "expires": rec.get("expires")}
             )

@@ -151,6 +151,8 @@ class UIServer:
         self.static = _load_static()
         self._stop = threading.Event()
         self._tail: threading.Thread | None = None
+        self._serving = False
+        self._serve_thread: threading.Thread | None = None
         self.httpd = _HTTPServer((host, port), _Handler)
         self.httpd.ui = self
         self.host = host
@@ -195,12 +197,19 @@ class UIServer:
 
     def serve_forever(self) -> None:
         """Serve until :meth:`shutdown` (or Ctrl-C in the caller)."""
+        self._serving = True
+        self._serve_thread = threading.current_thread()
         self.httpd.serve_forever(poll_interval=0.25)
 
     def shutdown(self) -> None:
-        """Stop serving and tailing."""
+        """Stop serving and tailing (also before :meth:`serve_forever` ever ran)."""
         self._stop.set()
-        self.httpd.shutdown()
+        if self._serving:
+            self._serving = False
+            # shutdown() waits for the serve loop; from that loop's own thread (Ctrl-C
+            # raised inside serve_forever) the loop has already ended.
+            if threading.current_thread() is not self._serve_thread:
+                self.httpd.shutdown()
         self.httpd.server_close()
 
     # -- auth -----------------------------------------------------------------------
@@ -281,7 +290,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, doc: Any, extra: tuple[tuple[str, str], ...] = ()) -> None:
-        body = json.dumps(doc, ensure_ascii=True, separators=(",", ":"), default=str).encode()
+        text = json.dumps(doc, ensure_ascii=True, separators=(",", ":"), default=str)
+        # <, > and & only occur inside strings: escaped, no byte of a response can open
+        # a tag even in a client that ignores the content type.
+        body = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
         self._send(status, body, "application/json", self._NO_STORE + extra)
 
     def _error(self, status: int, message: str) -> None:

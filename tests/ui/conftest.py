@@ -283,3 +283,15 @@ def finish(proc: subprocess.Popen[str], timeout: float = 30.0) -> int:
         proc.kill()
         proc.communicate(timeout=10)
     return proc.returncode
+
+
+def agent_saga(
+    *args: str, env: dict[str, str], check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``agent-saga`` console script."""
+    done = subprocess.run(
+        [str(BIN / "agent-saga"), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done

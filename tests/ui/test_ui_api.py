@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from agent_saga.wal.reader import Damage, Record, scan, verify
 from conftest import (
     BIN,
     TOKEN,
@@ -22,8 +24,6 @@ from conftest import (
     run_agent,
     spawn_agent,
 )
-
-from agent_saga.wal.reader import Damage, Record, scan, verify
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +43,10 @@ def test_meta_reports_the_wal_its_size_records_and_no_damage(
     assert meta["size"] == report.size == os.path.getsize(world.wal)
     assert meta["records"] == report.records
     assert meta["sagas"] == len(world.names)
-    assert meta["damage_count"] == 0 and meta["damages"] == []
-    assert meta["loading"] is False and meta["token_required"] is True
+    assert meta["damage_count"] == 0
+    assert meta["damages"] == []
+    assert meta["loading"] is False
+    assert meta["token_required"] is True
 
 
 def test_every_run_gets_the_status_a_person_on_call_needs(served_world: UI, world: World) -> None:
@@ -66,8 +68,10 @@ def test_the_recovered_run_shows_the_claim_and_both_compensations_by_the_daemon(
     served_world: UI, world: World
 ) -> None:
     d = served_world.get(f"/api/v1/sagas/{world.names['night-batch']}")
-    assert d["status"] == "recovered" and d["outcome"] == "rolled_back"
-    assert len(d["claims"]) == 1 and d["claims"][0]["by"].startswith("recoveryd-")
+    assert d["status"] == "recovered"
+    assert d["outcome"] == "rolled_back"
+    assert len(d["claims"]) == 1
+    assert d["claims"][0]["by"].startswith("recoveryd-")
     assert d["ended_by"] == d["claims"][0]["by"]
     assert [s["state"] for s in d["steps"]] == ["compensated", "compensated"]
     assert d["undo_order"] == [2, 1]  # LIFO
@@ -76,7 +80,8 @@ def test_the_recovered_run_shows_the_claim_and_both_compensations_by_the_daemon(
         assert s["compensated_by"] == d["claims"][0]["by"]
         assert s["token"].startswith("as-com-")  # the recovery token, not redacted
         assert [u["type"] for u in s["undo_attempts"]] == ["compensating", "compensated"]
-        assert s["forward"]["duration"] >= 0 and s["undo"]["duration"] >= 0
+        assert s["forward"]["duration"] >= 0
+        assert s["undo"]["duration"] >= 0
 
 
 def test_a_saga_document_holds_every_record_in_log_order(served_world: UI, world: World) -> None:
@@ -103,7 +108,8 @@ def test_time_travel_deltas_replay_to_the_final_state_of_every_step(
             replayed[r["step"]] = r["step_state"]
         owed_after.append(sum(1 for st in replayed.values() if st == "committed"))
     assert replayed == {s["step"]: s["state"] for s in d["steps"]}
-    assert max(owed_after) == 2 and owed_after[-1] == 0  # both were owed, then undone
+    assert max(owed_after) == 2
+    assert owed_after[-1] == 0
     assert d["records"][-1]["saga_status"] == "rolled_back"
 
 
@@ -117,7 +123,8 @@ def test_filter_by_status_and_search_by_id_name_or_tool(served_world: UI, world:
     sid = world.names["night-batch"]
     assert [i["saga"] for i in _sagas(served_world, q=sid[:10])["items"]] == [sid]
     status, _, body = served_world.request("GET", "/api/v1/sagas?status=bogus")
-    assert status == 400 and b"unknown status" in body
+    assert status == 400
+    assert b"unknown status" in body
 
 
 def test_pages_follow_the_cursor_and_cover_every_saga_once(served_world: UI, world: World) -> None:
@@ -147,8 +154,18 @@ def test_escalation_resolved_through_the_api_is_the_record_the_cli_writes(
     )
     assert status == 200, doc
     cli = subprocess.run(
-        [str(BIN / "agent-saga"), "escalations", "resolve", esc_cli, "--note", "refunded by hand"]
-        + ["--by", "bob", "--wal-path", str(world_copy.wal)],
+        [
+            str(BIN / "agent-saga"),
+            "escalations",
+            "resolve",
+            esc_cli,
+            "--note",
+            "refunded by hand",
+            "--by",
+            "bob",
+            "--wal-path",
+            str(world_copy.wal),
+        ],
         env=world_copy.env,
         capture_output=True,
         text=True,
@@ -156,15 +173,22 @@ def test_escalation_resolved_through_the_api_is_the_record_the_cli_writes(
     )
     assert "resolved" in cli.stdout
     listed = subprocess.run(
-        [str(BIN / "agent-saga"), "escalations", "--all", "--json"]
-        + ["--wal-path", str(world_copy.wal)],
+        [
+            str(BIN / "agent-saga"),
+            "escalations",
+            "--all",
+            "--json",
+            "--wal-path",
+            str(world_copy.wal),
+        ],
         env=world_copy.env,
         capture_output=True,
         text=True,
         check=True,
     )
     by_id = {e["escalation"]: e for e in json.loads(listed.stdout)}
-    assert by_id[esc_ui]["resolved"] and by_id[esc_ui]["resolved_by"] == "alice"
+    assert by_id[esc_ui]["resolved"]
+    assert by_id[esc_ui]["resolved_by"] == "alice"
     assert by_id[esc_ui]["note"] == "told customers"
     records = [
         i.data
@@ -173,7 +197,8 @@ def test_escalation_resolved_through_the_api_is_the_record_the_cli_writes(
     ]
     assert sorted(records[0]) == sorted(records[1])  # same fields from the UI and the CLI
     again, doc = ui.post(f"/api/v1/escalations/{esc_ui}/resolve", {"note": "twice"})
-    assert again == 409 and "no open escalation" in doc["error"]
+    assert again == 409
+    assert "no open escalation" in doc["error"]
     ui.wait_for(lambda: ui.get("/api/v1/escalations")["open"] == queue["open"] - 2)
 
 
@@ -184,10 +209,12 @@ def test_a_resolution_without_a_note_or_with_a_credential_in_it_is_refused(
     esc = ui.get("/api/v1/escalations")["items"][0]["escalation"]
     size = os.path.getsize(world_copy.wal)
     status, doc = ui.post(f"/api/v1/escalations/{esc}/resolve", {"note": "  "})
-    assert status == 400 and "note" in doc["error"]
+    assert status == 400
+    assert "note" in doc["error"]
     leaked = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
     status, doc = ui.post(f"/api/v1/escalations/{esc}/resolve", {"note": f"used {leaked}"})
-    assert status == 400 and leaked not in json.dumps(doc)
+    assert status == 400
+    assert leaked not in json.dumps(doc)
     assert os.path.getsize(world_copy.wal) == size  # nothing written
 
 
@@ -202,14 +229,16 @@ def test_a_pending_approval_is_listed_and_approving_it_lets_the_agent_proceed(
         ui = ui_factory(wal, token=TOKEN, env=env)
         pending = ui.wait_for(lambda: ui.get("/api/v1/approvals")["items"], what="the request")
         (req,) = pending
-        assert req["tool"] == "bank.wire" and req["state"] == "open"
+        assert req["tool"] == "bank.wire"
+        assert req["state"] == "open"
         assert req["kwargs"] == {"amount": 125000, "iban": "DE02120300000000202051"}
         assert ui.get("/api/v1/sagas")["items"][0]["status"] == "in_flight"
         status, doc = ui.post(
             f"/api/v1/approvals/{req['request']}/decide",
             {"decision": "approve", "note": "verified with finance", "by": "carol"},
         )
-        assert status == 200 and doc["decision"] == "approved", doc
+        assert status == 200, doc
+        assert doc["decision"] == "approved"
         assert read_line(agent).strip() == "wired"
     finally:
         code = finish(agent)
@@ -228,21 +257,25 @@ def test_a_pending_approval_is_listed_and_approving_it_lets_the_agent_proceed(
         "verified with finance",
     )
     gate = [i.data for i in scan(wal) if isinstance(i, Record) and i.data["type"] == "gate"]
-    assert gate[-1]["decision"] == "approved" and gate[-1]["decided_by"] == "carol"
+    assert gate[-1]["decision"] == "approved"
+    assert gate[-1]["decided_by"] == "carol"
     d = ui.wait_for(
         lambda: (x := ui.get("/api/v1/sagas")["items"][0])["status"] == "committed" and x,
         what="the commit",
     )
     step = ui.get(f"/api/v1/sagas/{d['saga']}")["steps"][-1]
-    assert step["approvals"][0]["by"] == "carol" and step["approvals"][0]["decision"] == "approved"
+    assert step["approvals"][0]["by"] == "carol"
+    assert step["approvals"][0]["decision"] == "approved"
 
 
 def test_decide_needs_approve_or_deny(world_copy: World, ui_factory: Callable[..., UI]) -> None:
     ui = ui_factory(world_copy.wal, token=TOKEN, env=world_copy.env)
     status, doc = ui.post("/api/v1/approvals/apr-0000/decide", {"decision": "maybe", "note": "x"})
-    assert status == 400 and "approve" in doc["error"]
+    assert status == 400
+    assert "approve" in doc["error"]
     status, doc = ui.post("/api/v1/approvals/apr-0000/decide", {"decision": "deny", "note": "x"})
-    assert status == 409 and "no approval request" in doc["error"]
+    assert status == 409
+    assert "no approval request" in doc["error"]
 
 
 def _damage(wal: Path) -> tuple[int, int]:
@@ -265,7 +298,8 @@ def test_a_damaged_wal_shows_the_damage_with_offsets_and_every_valid_record(
     assert meta["records"] == report.records
     got = [(d["offset"], d["kind"]) for d in meta["damages"]]
     assert got == [(d.offset, d.kind) for d in report.damages]
-    assert (corrupt_at, "corrupt") in got and (torn_at, "torn_tail") in got
+    assert (corrupt_at, "corrupt") in got
+    assert (torn_at, "torn_tail") in got
     # The saga the damage hit still shows every record that survived, and the damage.
     total = sum(len(ui.get(f"/api/v1/sagas/{s}")["records"]) for s in world_copy.names.values())
     assert total == report.records
@@ -286,7 +320,8 @@ def test_an_encrypted_wal_is_read_with_its_key(
     assert b"trip-planner" not in wal.read_bytes()
     ui = ui_factory(wal, token=TOKEN, env=env)
     (item,) = ui.get("/api/v1/sagas")["items"]
-    assert item["name"] == "trip-planner" and item["status"] == "rolled_back"
+    assert item["name"] == "trip-planner"
+    assert item["status"] == "rolled_back"
     assert len(ui.get(f"/api/v1/sagas/{item['saga']}")["records"]) == item["records"]
 
 
@@ -302,7 +337,8 @@ def test_an_encrypted_wal_without_the_key_refuses_to_start_in_one_line(tmp_path:
     )
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr.count("\n") == 1 and "AGENT_SAGA_WAL_KEY" in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "AGENT_SAGA_WAL_KEY" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -317,8 +353,16 @@ def test_new_records_appear_without_a_restart_and_compaction_is_followed(
     run_agent("rollback", wal, env=env)
     ui.wait_for(lambda: ui.get("/api/v1/meta")["sagas"] == 2, what="the new saga")
     done = subprocess.run(
-        [str(BIN / "agent-saga"), "wal", "compact", "--wal-path", str(wal)]
-        + ["--retain-seconds", "0", "--no-archive"],
+        [
+            str(BIN / "agent-saga"),
+            "wal",
+            "compact",
+            "--wal-path",
+            str(wal),
+            "--retain-seconds",
+            "0",
+            "--no-archive",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -327,7 +371,8 @@ def test_new_records_appear_without_a_restart_and_compaction_is_followed(
     meta = ui.wait_for(
         lambda: (m := ui.get("/api/v1/meta"))["rebuilds"] >= 1 and m, what="the rebuild"
     )
-    assert meta["sagas"] == 0 and meta["size"] == os.path.getsize(wal)
+    assert meta["sagas"] == 0
+    assert meta["size"] == os.path.getsize(wal)
     run_agent("commit", wal, env=env)
     ui.wait_for(lambda: ui.get("/api/v1/sagas")["counts"]["committed"] == 1, what="new saga")
 
@@ -339,7 +384,8 @@ def test_a_missing_wal_serves_an_empty_list_and_is_picked_up_once_it_exists(
     env = child_env(tmp_path)
     ui = ui_factory(wal, env=env)
     doc = ui.get("/api/v1/sagas")
-    assert doc["total"] == 0 and doc["items"] == []
+    assert doc["total"] == 0
+    assert doc["items"] == []
     run_agent("commit", wal, env=env)
     ui.wait_for(lambda: ui.get("/api/v1/meta")["sagas"] == 1, what="the first saga")
 
@@ -377,5 +423,6 @@ def test_the_damage_reader_agrees_with_the_index_on_a_torn_tail_only(tmp_path: P
     index = WalIndex(str(wal))
     index.refresh()
     kept, count = index.damages
-    assert count == 1 and kept[0].kind == "torn_tail"
+    assert count == 1
+    assert kept[0].kind == "torn_tail"
     assert [d for d in scan(wal) if isinstance(d, Damage)] == kept

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import BIN, TOKEN, UI, World, child_env
 from ui_agent import SECRET_VALUE, XSS
+
+from conftest import BIN, TOKEN, UI, World, child_env
 
 pytestmark = pytest.mark.slow
 
@@ -43,13 +44,16 @@ def test_the_login_form_sets_an_httponly_samesite_strict_cookie_that_signs_in(
     status, headers, _ = served_world.request(
         "POST", "/login", body=b"token=wrong-token-0123456789", headers=form, auth=False
     )
-    assert status == 401 and "set-cookie" not in headers
+    assert status == 401
+    assert "set-cookie" not in headers
     status, headers, _ = served_world.request(
         "POST", "/login", body=f"token={TOKEN}".encode(), headers=form, auth=False
     )
-    assert status == 303 and headers["location"] == "/"
+    assert status == 303
+    assert headers["location"] == "/"
     cookie = headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie
     assert TOKEN not in cookie  # a value derived from the token, not the token
     value = cookie.split(";")[0]
     status, _, _ = served_world.request(
@@ -140,9 +144,11 @@ def test_state_changing_requests_need_token_same_origin_and_csrf_header(
 
 def _headers_ok(headers: dict[str, str]) -> None:
     csp = headers["content-security-policy"]
-    assert "script-src 'self'" in csp and "default-src 'none'" in csp
+    assert "script-src 'self'" in csp
+    assert "default-src 'none'" in csp
     assert "frame-ancestors 'none'" in csp
-    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert "unsafe-inline" not in csp
+    assert "unsafe-eval" not in csp
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["x-frame-options"] == "DENY"
 
@@ -164,7 +170,7 @@ def _headers_ok(headers: dict[str, str]) -> None:
 def test_every_response_has_a_strict_csp_and_nosniff(
     served_world: UI, path: str, auth: bool
 ) -> None:
-    status, headers, _ = served_world.request("GET", path, auth=auth)
+    _status, headers, _ = served_world.request("GET", path, auth=auth)
     _headers_ok(headers)
 
 
@@ -175,8 +181,11 @@ def test_the_page_has_no_inline_script_or_style_and_no_external_resource(served_
     for tag in html.split("<script")[1:]:
         assert 'src="/static/' in tag.split(">", 1)[0]
         assert tag.split(">", 1)[1].startswith("</script>")  # no inline body
-    assert "style=" not in html and "<style" not in html
-    assert "http://" not in html and "https://" not in html and "//" not in html.replace("://", "")
+    assert "style=" not in html
+    assert "<style" not in html
+    assert "http://" not in html
+    assert "https://" not in html
+    assert "//" not in html.replace("://", "")
     _, _, js = served_world.request("GET", "/static/app.js")
     for banned in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"eval(", b"new Function"):
         assert banned not in js
@@ -207,7 +216,8 @@ TRAVERSALS = [
 def test_path_traversal_is_refused(served_world: UI, path: str) -> None:
     status, _, body = served_world.request("GET", path)
     assert status in (400, 404)
-    assert b"import " not in body and b"root:" not in body
+    assert b"import " not in body
+    assert b"root:" not in body
 
 
 def test_binding_another_address_without_a_token_is_refused_with_the_reason(
@@ -215,28 +225,46 @@ def test_binding_another_address_without_a_token_is_refused_with_the_reason(
 ) -> None:
     for host in ("0.0.0.0", "192.0.2.10", "example.com"):
         done = subprocess.run(
-            [str(BIN / "agent-saga"), "ui", "--wal-path", str(tmp_path / "w.wal")]
-            + ["--host", host, "--port", "0"],
+            [
+                str(BIN / "agent-saga"),
+                "ui",
+                "--wal-path",
+                str(tmp_path / "w.wal"),
+                "--host",
+                host,
+                "--port",
+                "0",
+            ],
             env=child_env(tmp_path),
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert done.returncode == 2, host
-        assert "without a token" in done.stderr and "--token" in done.stderr
+        assert "without a token" in done.stderr
+        assert "--token" in done.stderr
         assert done.stderr.count("\n") == 1
 
 
 def test_a_short_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
-        [str(BIN / "agent-saga"), "ui", "--wal-path", str(tmp_path / "w.wal"), "--port", "0"]
-        + ["--token", "short"],
+        [
+            str(BIN / "agent-saga"),
+            "ui",
+            "--wal-path",
+            str(tmp_path / "w.wal"),
+            "--port",
+            "0",
+            "--token",
+            "short",
+        ],
         env=child_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and "at least 16" in done.stderr
+    assert done.returncode == 2
+    assert "at least 16" in done.stderr
     assert "short" not in done.stderr.replace("at least", "")
 
 
@@ -294,13 +322,15 @@ def test_no_secret_from_a_credential_ref_reaches_any_response_or_log_line(
     assert step["kwargs"]["card"] == {"$credential_ref": "corporate_card"}  # a reference
     log = served_world.stderr()
     assert "GET /api/v1/meta" in log
-    assert TOKEN not in log and SECRET_VALUE not in log
+    assert TOKEN not in log
+    assert SECRET_VALUE not in log
 
 
 def test_hostile_values_come_back_as_json_text(served_world: UI, world: World) -> None:
     sid = next(v for k, v in world.names.items() if k.startswith("saga<img"))
     status, headers, body = served_world.request("GET", f"/api/v1/sagas/{sid}")
-    assert status == 200 and headers["content-type"] == "application/json"
+    assert status == 200
+    assert headers["content-type"] == "application/json"
     doc = json.loads(body)
     assert doc["name"] == f"saga{XSS}"
     assert any(s["tool"] == f"tool{XSS}" for s in doc["steps"])

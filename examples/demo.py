@@ -6,7 +6,8 @@
 3. An agent editing files is killed with SIGKILL half-way; the recovery daemon
    finishes the rollback from the write-ahead log.
 
-Run it with ``make demo`` (or ``python examples/demo.py``).
+Run it with ``make demo`` (or ``python examples/demo.py``); ``--wal-path demo.wal``
+keeps the log, to open it in ``agent-saga ui --wal-path demo.wal``.
 """
 
 from __future__ import annotations
@@ -202,8 +203,10 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == CHILD_FLAG:
         crash_child(sys.argv[2], sys.argv[3])
         return
+    # `python examples/demo.py --wal-path demo.wal` keeps the log for `agent-saga ui`.
+    keep = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--wal-path" else None
     with tempfile.TemporaryDirectory(prefix="agent-saga-demo-") as tmp:
-        wal = os.path.join(tmp, "agent-saga.wal")
+        wal = os.path.abspath(keep) if keep else os.path.join(tmp, "agent-saga.wal")
         act_rollback(wal)
         act_gate(wal)
         act_crash(wal, Path(tmp))
@@ -211,6 +214,8 @@ def main() -> None:
         from agent_saga.cli import main as cli
 
         cli(["runs", "--wal-path", wal])
+        if keep:
+            say(f"\nSee every run in the time-travel debugger: agent-saga ui --wal-path {keep}")
 
 
 if __name__ == "__main__":

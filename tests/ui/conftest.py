@@ -295,3 +295,101 @@ def agent_saga(
     if check:
         assert done.returncode == 0, done.stderr
     return done
+
+
+# ---- the browser ---------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+class Browsers:
+    """One headless Chromium per test module, started on first use (Debian's binary)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._pw: Any = None
+        self._browser: Any = None
+
+    def get(self, executable: str) -> Any:
+        if self._browser is None:
+            from playwright.sync_api import sync_playwright
+
+            self._pw = sync_playwright().start()
+            self._browser = self._pw.chromium.launch(
+                executable_path=executable,
+                headless=True,
+                args=CHROMIUM_ARGS,
+                env={**os.environ, "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home)},
+            )
+        return self._browser
+
+    def close(self) -> None:
+        if self._browser is not None:
+            self._browser.close()
+        if self._pw is not None:
+            self._pw.stop()
+
+
+@pytest.fixture(scope="module")
+def browsers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browsers]:
+    """The module's browser (launched lazily, closed at the end of the module)."""
+    b = Browsers(tmp_path_factory.mktemp("chromium-home"))
+    yield b
+    b.close()
+
+
+@dataclass
+class Tab:
+    """A browser page plus what went wrong in it (console errors, uncaught exceptions)."""
+
+    page: Any
+    errors: list[str]
+
+    def sign_in(self, ui: UI) -> None:
+        """Open the server's URL; with a token, go through the login form."""
+        self.page.goto(ui.url)
+        if ui.token:
+            self.page.wait_for_selector("form[action='/login']")
+            self.page.fill("#token", ui.token)
+            self.page.click("button[type=submit]")
+            # The login page itself is answered 401 (it is what an unauthenticated GET
+            # gets); the console reports that status, which is not a page error.
+            self.errors[:] = [e for e in self.errors if "status of 401" not in e]
+        self.page.wait_for_selector("#runs-state:not(:empty)")
+
+
+@pytest.fixture
+def tab(browsers: Browsers, service: Callable[[str], str]) -> Iterator[Tab]:
+    """A fresh browser context and page (skips outside CI when Chromium is missing)."""
+    exe = service("AGENT_SAGA_TEST_CHROMIUM")
+    ctx = browsers.get(exe).new_context(viewport={"width": 1440, "height": 900})
+    page = ctx.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+    page.on(
+        "console",
+        lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None,
+    )
+    try:
+        yield Tab(page, errors)
+    finally:
+        ctx.close()
+
+
+def screenshot(tab: Tab, name: str, tmp: Path) -> Path:
+    """Save a screenshot: into ``$AGENT_SAGA_UI_SCREENSHOTS`` (docs/img) when set."""
+    folder = Path(os.environ.get("AGENT_SAGA_UI_SCREENSHOTS") or tmp)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    tab.page.screenshot(path=str(path))
+    return path

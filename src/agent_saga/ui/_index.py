@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -172,7 +173,9 @@ class WalIndex:
         self._fold = SagaFold(forget_terminal=True)
         self._sagas: dict[str, SagaSummary] = {}
         self._order: list[str] = []  # saga ids by first offset (== insertion order)
-        self._firsts: list[int] = []
+        self._firsts = array("q")
+        # Many sagas share a name, a tool list and step counts: keep one copy of each.
+        self._shared: dict[Any, Any] = {}
         self._esc_saga: dict[str, str] = {}
         self._damages: list[Damage] = []
         self._damage_count = 0
@@ -269,19 +272,21 @@ class WalIndex:
             return
         s = self._sagas.get(saga_id)
         if s is None:
-            s = self._sagas[saga_id] = SagaSummary(_intern(saga_id), off)
+            saga_id = _intern(saga_id)
+            s = self._sagas[saga_id] = SagaSummary(saga_id, off)
             self._order.append(saga_id)
             self._firsts.append(off)
+        data["saga"] = s.saga_id  # the fold keeps this very string: one copy per saga
         self._touch(s, off, ts)
         if rtype == R.SAGA_BEGIN:
             name, owner = data.get("name"), data.get("owner")
-            s.name = name if isinstance(name, str) else None
+            s.name = self._share(name) if isinstance(name, str) else None
             s.owner = _intern(owner) if isinstance(owner, str) else None
             s.started = ts
         elif rtype in (R.INTENT, R.GATE, R.APPROVAL_REQUESTED):
             t = data.get("tool")
             if isinstance(t, str) and t not in s.tools and len(s.tools) < MAX_TOOLS:
-                s.tools = (*s.tools, _intern(t))
+                s.tools = self._share((*s.tools, _intern(t)))
         elif rtype == R.CLAIM:
             s.claimed = True
         elif rtype == R.COMPENSATION_FAILED and data.get("final") is True:
@@ -297,12 +302,17 @@ class WalIndex:
         ):
             view = self._fold.get(saga_id)
             if view is not None and not view.forgotten:
-                s.steps = _state_counts(view)
+                s.steps = self._share(_state_counts(view))
             s.outcome = _intern(str(data["outcome"]))
             by = data.get("by")
             s.ended_by = _intern(by) if isinstance(by, str) else None
             s.ended = ts
         self._fold.apply(data, off)
+
+    def _share(self, value: Any) -> Any:
+        if len(self._shared) > 100_000:  # bounded: past this, copies are kept
+            return value
+        return self._shared.setdefault(value, value)
 
     @staticmethod
     def _touch(s: SagaSummary, off: int, ts: float | None) -> None:

@@ -195,10 +195,13 @@ def test_archive_and_no_archive_are_exclusive(wal: Path) -> None:
     assert main(["wal", "compact", "--wal-path", str(wal), "--archive", "x", "--no-archive"]) == 2
 
 
-@pytest.mark.parametrize("command", ["ui"])
-def test_placeholders_exit_2_with_message(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([command, "--wal-path", "x"]) == 2
-    assert "not yet implemented" in capsys.readouterr().err
+def test_ui_refuses_a_public_address_without_a_token_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["ui", "--wal-path", "x", "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agent-saga: error: refusing to bind 0.0.0.0")
+    assert err.count("\n") == 1
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

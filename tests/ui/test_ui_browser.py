@@ -10,11 +10,13 @@ import getpass
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_ui_api import _damage
+from ui_agent import XSS
+
 from conftest import (
     TOKEN,
     UI,
@@ -29,8 +31,6 @@ from conftest import (
     spawn_agent,
     stop_ui,
 )
-from test_ui_api import _damage
-from ui_agent import XSS
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,8 @@ def test_filtering_by_status_and_searching_narrow_the_list(
     tab.page.wait_for_selector("#runs li")
     tab.page.click("#filters [data-status=escalated]")
     tab.page.wait_for_function(
-        "() => [...document.querySelectorAll('#runs li')].every(li => li.dataset.status === 'escalated')"
+        "() => [...document.querySelectorAll('#runs li')]"
+        ".every(li => li.dataset.status === 'escalated')"
     )
     expected = served_world.get("/api/v1/sagas?status=escalated")["matched"]
     assert _count(tab, "#runs li") == expected
@@ -123,8 +124,8 @@ def test_time_travel_with_the_slider_and_the_arrow_keys_replays_the_recovery(
         "compensated",
         "future",
     ]
-    tab.page.locator("#records tr[data-i='%d']" % first_undo).wait_for()
-    assert "cur" in (tab.page.locator(f"#records tr[data-i='{first_undo}']").get_attribute("class") or "")
+    row = tab.page.locator(f"#records tr[data-i='{first_undo}']")
+    assert "cur" in (row.get_attribute("class") or "")
     screenshot(tab, "ui-time-travel", tmp_path)
     tab.page.keyboard.press("ArrowLeft")
     _wait_text(tab, "#travel-label", f"record {first_undo}/{n}")
@@ -180,7 +181,9 @@ def test_resolving_an_escalation_from_the_page_writes_what_the_cli_lists(
     tab.page.click("#tab-escalations")
     tab.page.wait_for_selector(".queue-item[data-escalation]")
     esc = next(
-        e for e in ui.get("/api/v1/escalations")["items"] if e["saga"] == world_copy.names["newsletter"]
+        e
+        for e in ui.get("/api/v1/escalations")["items"]
+        if e["saga"] == world_copy.names["newsletter"]
     )
     item = tab.page.locator(f".queue-item[data-escalation='{esc['escalation']}']")
     screenshot(tab, "ui-escalations", tmp_path)
@@ -194,7 +197,9 @@ def test_resolving_an_escalation_from_the_page_writes_what_the_cli_lists(
     by_id = {e["escalation"]: e for e in json.loads(listed.stdout)}
     assert by_id[esc["escalation"]]["resolved_by"] == "dana"
     assert by_id[esc["escalation"]]["note"] == "emailed every customer an apology"
-    tab.page.wait_for_selector(f".queue-item[data-escalation='{esc['escalation']}']", state="detached")
+    tab.page.wait_for_selector(
+        f".queue-item[data-escalation='{esc['escalation']}']", state="detached"
+    )
     assert tab.errors == []
 
 
@@ -373,6 +378,5 @@ def test_the_demo_log_shows_every_run_including_the_one_recovered_after_sigkill(
     _wait_text(tab, ".note", "Claimed by the recovery daemon")
     tab.page.locator("#timeline .tl-row[data-kind=undo]").first.click()
     _wait_text(tab, "#insp-handler", "files.")
-    time.sleep(0)  # nothing to wait for: the page is settled
     screenshot(tab, "ui-demo-recovered", tmp_path)
     assert tab.errors == []

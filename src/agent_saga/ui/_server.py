@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ..errors import SagaError, SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
-from . import _api
+from . import _actions, _api
 from ._index import WalIndex
 
 __all__ = ["MAX_BODY", "MIN_TOKEN_LENGTH", "UIServer", "is_loopback"]
@@ -500,9 +500,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         kw: dict[str, Any] = {"default_by": self.ui.user, "encryptor": self.ui.encryptor}
         try:
             if m.group(1) == "escalations":
-                doc = _api.resolve(self.ui.index, ident, body, **kw)
+                doc = _actions.resolve(self.ui.index, ident, body, **kw)
             else:
-                doc = _api.decide(self.ui.index, ident, body, **kw)
+                doc = _actions.decide(self.ui.index, ident, body, **kw)
         except _api.ApiError as exc:
             self._error(exc.status, exc.message)
             return

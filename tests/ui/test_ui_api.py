@@ -18,6 +18,7 @@ from conftest import (
     TOKEN,
     UI,
     World,
+    agent_saga,
     child_env,
     finish,
     read_line,
@@ -323,6 +324,25 @@ def test_an_encrypted_wal_is_read_with_its_key(
     assert item["name"] == "trip-planner"
     assert item["status"] == "rolled_back"
     assert len(ui.get(f"/api/v1/sagas/{item['saga']}")["records"]) == item["records"]
+
+
+def test_a_resolution_written_from_the_ui_to_an_encrypted_wal_is_encrypted(
+    tmp_path: Path, ui_factory: Callable[..., UI]
+) -> None:
+    wal = tmp_path / "enc.wal"
+    env = child_env(tmp_path, AGENT_SAGA_WAL_KEY=_key())
+    run_agent("escalate", wal, env=env)
+    ui = ui_factory(wal, token=TOKEN, env=env)
+    (esc,) = ui.get("/api/v1/escalations")["items"]
+    status, doc = ui.post(
+        f"/api/v1/escalations/{esc['escalation']}/resolve", {"note": "apologised-to-everyone"}
+    )
+    assert status == 200, doc
+    assert b"apologised-to-everyone" not in wal.read_bytes()
+    listed = agent_saga("escalations", "--all", "--json", "--wal-path", str(wal), env=env)
+    (e,) = json.loads(listed.stdout)
+    assert e["resolved"]
+    assert e["note"] == "apologised-to-everyone"
 
 
 def test_an_encrypted_wal_without_the_key_refuses_to_start_in_one_line(tmp_path: Path) -> None:

@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Anomaly", "ApprovalView", "ClaimView", "EscalationView", "SagaView", "StepView"]
+__all__ = [
+    "Anomaly",
+    "ApprovalView",
+    "ClaimView",
+    "EscalationView",
+    "RetryView",
+    "SagaView",
+    "StepView",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,34 @@ class EscalationView:
     resolved_by: str | None = None
     resolved_ts: float | None = None
     resolved_offset: int | None = None
+    retry: RetryView | None = None
+
+
+@dataclass(slots=True)
+class RetryView:
+    """An operator's request to retry an escalated step (``escalation_retry``).
+
+    Attributes:
+        escalation / saga_id / step: What is to be retried.
+        note / requested_by / offset / ts: Who asked, why, where and when.
+        claim: The claim of the daemon carrying it out, once one took it.
+        outcome: None while pending; ``"resolved"`` when the retry undid the step
+            (the escalation was resolved), ``"escalated"`` when it escalated again.
+    """
+
+    escalation: str
+    saga_id: str
+    step: int | None
+    note: Any
+    requested_by: Any
+    offset: int
+    ts: float | None = None
+    claim: ClaimView | None = None
+    outcome: str | None = None
+
+    def pending(self, now: float) -> bool:
+        """Whether a daemon should take it: not done, and no unexpired claim on it."""
+        return self.outcome is None and (self.claim is None or self.claim.expires <= now)
 
 
 @dataclass(slots=True)
@@ -123,6 +159,9 @@ class StepView:
             order); None until it committed.
         attempt_states: Per attempt: ``intent``, ``committed``, ``no_effect``, ``unknown``.
         final_failure: The last ``compensation_failed`` had ``final: true``.
+        idempotent: The intent says the tool's service dedupes by idempotency key
+            (False for records written before the field existed: fail closed).
+        invalid: Why the compensation recorded with ``committed`` is not valid.
     """
 
     step: int
@@ -143,6 +182,8 @@ class StepView:
     final_failure: bool = False
     escalation: str | None = None
     compensated_by: str | None = None
+    idempotent: bool = False
+    invalid: str | None = None
     attempt_states: dict[int, str] = field(default_factory=dict)
     attempt_offsets: dict[int, int] = field(default_factory=dict)
     first_offset: int = 0
@@ -156,6 +197,11 @@ class StepView:
             if candidate in states:
                 return candidate
         return "no_effect"
+
+    @property
+    def unknown_attempts(self) -> list[int]:
+        """Attempts that may have landed without a ``committed`` record, oldest first."""
+        return sorted(a for a, st in self.attempt_states.items() if st in ("unknown", "intent"))
 
     @property
     def unwind_offset(self) -> int | None:

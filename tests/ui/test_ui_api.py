@@ -362,6 +362,24 @@ def test_an_encrypted_wal_without_the_key_refuses_to_start_in_one_line(tmp_path:
     assert "Traceback" not in done.stderr
 
 
+def test_an_encrypted_wal_with_another_key_refuses_to_start_in_one_line(tmp_path: Path) -> None:
+    wal = tmp_path / "enc.wal"
+    run_agent("commit", wal, env=child_env(tmp_path, AGENT_SAGA_WAL_KEY=_key()))
+    other = base64.b64encode(b"\x09" * 32).decode()
+    done = agent_saga(
+        "ui",
+        "--wal-path",
+        str(wal),
+        "--port",
+        "0",
+        env=child_env(tmp_path, AGENT_SAGA_WAL_KEY=other),
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "another key" in done.stderr
+
+
 def test_new_records_appear_without_a_restart_and_compaction_is_followed(
     tmp_path: Path, ui_factory: Callable[..., UI]
 ) -> None:

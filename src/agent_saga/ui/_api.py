@@ -208,6 +208,10 @@ def meta(index: WalIndex, *, csrf: str, user: str, token_required: bool) -> dict
             {"offset": d.offset, "length": d.length, "kind": d.kind, "detail": d.detail}
             for d in damages
         ],
+        "repairs": [
+            {"offset": r.get("offset"), "length": r.get("length"), "ts": r.get("ts")}
+            for r in index.repairs
+        ],
         "anomalies": index.anomaly_count,
         "statuses": list(STATUSES),
         "outcome_of_state": OUTCOME_OF_STATE,
@@ -291,6 +295,7 @@ def _step_json(s: StepView) -> dict[str, Any]:
         "gate_decision": s.gate_decision,
         "error": _text(s.error),
         "final_failure": s.final_failure,
+        "invalid": _text(s.invalid),
         "escalation": s.escalation,
         "compensated_by": _text(s.compensated_by),
         "forward": None,
@@ -466,6 +471,15 @@ def _escalation_json(e: EscalationView) -> dict[str, Any]:
         "note": _text(e.note),
         "resolved_by": _text(e.resolved_by),
         "resolved_ts": e.resolved_ts,
+        "retry": None
+        if e.retry is None
+        else {
+            "note": _text(e.retry.note),
+            "by": _text(e.retry.requested_by),
+            "ts": e.retry.ts,
+            "claimed_by": None if e.retry.claim is None else _text(e.retry.claim.by),
+            "outcome": e.retry.outcome,
+        },
     }
 
 

@@ -256,6 +256,9 @@ class WalIndex:
     def _apply(self, item: Record) -> None:
         data, off = item.data, item.offset
         self._offset = item.end
+        if data.get("type") in R.META_TYPES:  # about the file (header, tail repair)
+            self._fold.apply(data, off)
+            return
         self.stats.records += 1
         rtype = data.get("type")
         saga_id = data.get("saga")
@@ -335,6 +338,12 @@ class WalIndex:
                 out.append(self._torn)
                 count += 1
             return out, count
+
+    @property
+    def repairs(self) -> list[dict[str, Any]]:
+        """``tail_repaired`` records: torn tails a writer cut off after a crash (not damage)."""
+        with self._lock:
+            return list(self._fold.repairs)
 
     @property
     def anomaly_count(self) -> int:

@@ -24,6 +24,7 @@ import hmac
 import http.server
 import ipaddress
 import json
+import os
 import re
 import secrets
 import sys
@@ -172,7 +173,25 @@ class UIServer:
             WALKeyMissing: the log is encrypted and no key is configured.
             WALAuthenticationFailed: the key is wrong.
         """
+        self._check_key()
         self.index.refresh(max_records=max_records)
+
+    def _check_key(self) -> None:
+        # The log's first frame says whether it is encrypted (a log_header may hold no
+        # encrypted record yet): refuse to start without the key, or with a wrong one.
+        from ..wal.encryption import encryptor_from_env
+        from ..wal.tail import check_mode, read_mode
+
+        try:
+            fd = os.open(self.index.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            mode = read_mode(fd)
+        finally:
+            os.close(fd)
+        if mode.encrypted:
+            check_mode(mode, self.encryptor or encryptor_from_env(), self.index.path)
 
     def start_tailing(self) -> None:
         """Start the thread that keeps reading what agents append."""

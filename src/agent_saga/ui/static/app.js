@@ -566,6 +566,7 @@ function renderEscalations(c) {
       h("h3", null, `${e.escalation} · `, h("a", { href: sagaHash(e.saga, e.step), text: `${e.saga_name || "saga"} ${short(e.saga)}` }), e.step !== null ? ` · step ${e.step}` : ""),
       h("div", { text: e.reason }),
       h("div", { class: "muted small", text: `raised by ${e.by} at ${fmtTs(e.ts)}` }),
+      e.retry ? h("div", { class: "note o-recovering", text: `retry requested by ${e.retry.by} at ${fmtTs(e.retry.ts)}: ${e.retry.note}` + (e.retry.outcome ? ` — ${e.retry.outcome}` : e.retry.claimed_by ? ` — being carried out by ${e.retry.claimed_by}` : " — waiting for saga-recoveryd") }) : null,
       h("div", { class: "queue-form" }, note, who, btn)));
   }
   if (done.length) {

@@ -7,7 +7,8 @@
    finishes the rollback from the write-ahead log.
 
 Run it with ``make demo`` (or ``python examples/demo.py``). The write-ahead log
-is kept in a temporary directory; the demo ends with the commands that inspect it.
+is kept — in a temporary directory, or at ``--wal-path demo.wal`` — and the demo
+ends with the commands that inspect it (``agent-saga runs``, ``agent-saga ui``).
 """
 
 from __future__ import annotations
@@ -219,9 +220,10 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == CHILD_FLAG:
         crash_child(sys.argv[2], sys.argv[3])
         return
-    # Kept after the demo: the log is what the commands printed at the end inspect.
+    # The log is kept after the demo: the commands printed at the end inspect it.
+    keep = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--wal-path" else None
     tmp = tempfile.mkdtemp(prefix="agent-saga-demo-")
-    wal = os.path.join(tmp, "agent-saga.wal")
+    wal = os.path.abspath(keep) if keep else os.path.join(tmp, "agent-saga.wal")
     act_rollback(wal)
     act_gate(wal)
     act_crash(wal, Path(tmp))
@@ -230,13 +232,19 @@ def main() -> None:
 
     cli(["runs", "--wal-path", wal])
     cli_cmd = _command("agent-saga")
-    where = shlex.quote(wal)
-    say(f"\nThe log is kept in {shlex.quote(tmp)}; inspect it with:")
+    where = shlex.quote(keep if keep else wal)
+    if keep:
+        shutil.rmtree(tmp)  # only the act-3 work files were there; the log is at `keep`
+        say(f"\nThe log is kept at {where}; inspect it with:")
+    else:
+        say(f"\nThe log is kept in {shlex.quote(tmp)}; inspect it with:")
     say(f"  {cli_cmd} runs --wal-path {where}")
     say(f"  {cli_cmd} runs --wal-path {where} --json")
     say(f"  {cli_cmd} wal verify --wal-path {where}")
     say(f"  {cli_cmd} escalations --wal-path {where} --all")
-    say(f"and remove it with: rm -r {shlex.quote(tmp)}")
+    say(f"See every run in the time-travel debugger: {cli_cmd} ui --wal-path {where}")
+    if not keep:
+        say(f"Remove it with: rm -r {shlex.quote(tmp)}")
 
 
 if __name__ == "__main__":

@@ -217,11 +217,13 @@ def test_archive_and_no_archive_are_exclusive(wal: Path) -> None:
     assert main(["wal", "compact", "--wal-path", str(wal), "--archive", "x", "--no-archive"]) == 2
 
 
-def test_ui_placeholder_names_its_issue_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["ui", "--wal-path", "x"]) == 2
-    assert capsys.readouterr().err == (
-        "agent-saga ui: not implemented yet (issue 11: the time-travel debugger)\n"
-    )
+def test_ui_refuses_a_public_address_without_a_token_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["ui", "--wal-path", "x", "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agent-saga: error: refusing to bind 0.0.0.0")
+    assert err.count("\n") == 1
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ Subcommands::
     agent-saga escalations retry ID --note TEXT [--by WHO] [--wal-path P]
     agent-saga approvals --wal-path P [--all] [--json]
     agent-saga approvals approve|deny ID --note TEXT [--by WHO] [--wal-path P]
-    agent-saga ui ...            (not implemented yet)
+    agent-saga ui [--wal-path P] [--host H] [--port N] [--token T] [--quiet]
     agent-saga --version
 
 Exit codes:
@@ -80,8 +80,6 @@ RUN_STATUSES: tuple[str, ...] = (
 """What ``runs --status`` accepts: the statuses ``SagaFold`` gives live sagas, the
 terminal outcomes, and ``orphaned`` (no live owner, no daemon: the next
 ``saga-recoveryd`` pass takes it over)."""
-
-_UI_STUB = "agent-saga ui: not implemented yet (issue 11: the time-travel debugger)"
 
 
 def _ts(value: float | None) -> str:
@@ -424,14 +422,6 @@ def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return code
 
 
-# ---- placeholders -------------------------------------------------------------------
-
-
-def _cmd_ui(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    err.write(_UI_STUB + "\n")
-    return EXIT_USAGE
-
-
 # ---- parser -------------------------------------------------------------------------
 
 
@@ -562,8 +552,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _add_decision_options(decide, "the request id (apr-...)", "why; recorded with the decision")
 
-    stub = sub.add_parser("ui", help="time-travel debugger (not implemented yet)")
-    stub.set_defaults(handler=_cmd_ui, accepts_anything=True)
+    from .ui._cli import add_arguments as add_ui_arguments
+    from .ui._cli import run as run_ui
+
+    ui = sub.add_parser("ui", help="time-travel debugger: a web page over the WAL")
+    add_ui_arguments(ui)
+    ui.set_defaults(handler=run_ui)
     return parser
 
 

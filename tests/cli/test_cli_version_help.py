@@ -157,11 +157,3 @@ def test_approve_takes_wal_path_after_the_action(tmp_path: Path) -> None:
     finally:
         thread.join(60)
     assert result == ["sent"]
-
-
-def test_ui_stub_names_the_issue_building_it(tmp_path: Path) -> None:
-    proc = run(AGENT_SAGA, "ui", "--port", "8080", cwd=tmp_path)
-    assert proc.returncode == 2
-    assert (
-        proc.stderr == "agent-saga ui: not implemented yet (issue 11: the time-travel debugger)\n"
-    )

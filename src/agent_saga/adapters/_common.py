@@ -39,13 +39,17 @@ from ..gate import ApprovalRequest
 
 __all__ = [
     "TOOL_OPTIONS",
+    "CallId",
     "MissingExtra",
     "RunState",
     "SagaStep",
     "approval_digest",
     "current_call_id",
+    "dress",
+    "fields_signature",
     "keyword_signature",
     "refusal_message",
+    "request_digest",
     "require",
     "resolved",
     "run_as_saga",
@@ -193,6 +197,29 @@ def keyword_signature(fields: Mapping[str, Any]) -> inspect.Signature:
     return inspect.Signature(params)
 
 
+def fields_signature(model: Any) -> inspect.Signature:
+    """A keyword-only signature from a pydantic model's fields (the tool's arguments)."""
+    fields = getattr(model, "model_fields", None)
+    defaults: dict[str, Any] = {}
+    if isinstance(fields, Mapping):
+        for name, field in fields.items():
+            required = field.is_required()
+            defaults[name] = (
+                inspect.Parameter.empty
+                if required
+                else field.get_default(call_default_factory=True)
+            )
+    return keyword_signature(defaults)
+
+
+def dress(fn: Any, *, name: str, signature: inspect.Signature | None, doc: str | None) -> None:
+    """Give a shim the name, signature and docstring a framework introspects."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    if signature is not None:
+        fn.__signature__ = signature
+
+
 def without_params(signature: inspect.Signature, names: Iterable[str]) -> inspect.Signature:
     """``signature`` without the named parameters (the framework's plumbing)."""
     drop = set(names)
@@ -283,31 +310,36 @@ class SagaStep:
         sig, self._strip_key = _with_key(signature)
 
         def forward_sync(*args: Any, **kwargs: Any) -> Any:
-            return self._forward(kwargs)
+            token = _IDEMPOTENCY_KEY.set(kwargs.get(_KEY))
+            try:
+                return self._forward()()
+            finally:
+                _IDEMPOTENCY_KEY.reset(token)
 
         async def forward_async(*args: Any, **kwargs: Any) -> Any:
-            result = self._forward(kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
+            # The key stays set until the awaitable is done: a coroutine's body (and the
+            # context a worker thread copies) only runs once it is awaited.
+            token = _IDEMPOTENCY_KEY.set(kwargs.get(_KEY))
+            try:
+                result = self._forward()()
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+            finally:
+                _IDEMPOTENCY_KEY.reset(token)
 
+        doc = f"{framework} tool {self.name!r}, run as an agent-saga step."
         for shim in (forward_sync, forward_async):
-            shim.__signature__ = sig  # type: ignore[attr-defined]
-            shim.__name__ = shim.__qualname__ = self.name
-            shim.__doc__ = f"{framework} tool {self.name!r}, run as an agent-saga step."
+            dress(shim, name=self.name, signature=sig, doc=doc)
         declared = {**options, "name": self.name}
         self._sync = tool(semantics=semantics, compensate=compensate, **declared)(forward_sync)
         self._async = tool(semantics=semantics, compensate=compensate, **declared)(forward_async)
 
-    def _forward(self, kwargs: dict[str, Any]) -> Any:
+    def _forward(self) -> Callable[[], Any]:
         call = _FORWARD.get()
         if call is None:  # pragma: no cover - only SagaStep sets it, right before
             raise SagaUsageError(f"{self.name!r}: forward call missing")
-        token = _IDEMPOTENCY_KEY.set(kwargs.get(_KEY))
-        try:
-            return call()
-        finally:
-            _IDEMPOTENCY_KEY.reset(token)
+        return call
 
     def _no_saga(self) -> NoActiveSaga:
         return NoActiveSaga(

@@ -29,7 +29,7 @@ from .._types import ActionSemantics
 from ..errors import SagaUsageError
 from ._common import (
     SagaStep,
-    keyword_signature,
+    fields_signature,
     refusal_message,
     require,
     resolved,
@@ -45,7 +45,7 @@ from autogen_core.tools import BaseTool, FunctionTool  # noqa: E402
 __all__ = ["saga_run", "wrap_tool"]
 
 FRAMEWORK: Final = "autogen"
-_TOKEN = "cancellation_token"
+_TOKEN = "cancellation_token"  # noqa: S105 - a parameter name
 
 
 def wrap_tool(
@@ -149,17 +149,7 @@ def _wrap_base_tool(
     options: Mapping[str, Any],
 ) -> BaseTool[Any, Any]:
     base = type(tool)
-    fields = getattr(tool.args_type(), "model_fields", {})
-    signature = keyword_signature(
-        {
-            n: (
-                inspect.Parameter.empty
-                if f.is_required()
-                else f.get_default(call_default_factory=True)
-            )
-            for n, f in fields.items()
-        }
-    )
+    signature = fields_signature(tool.args_type())
     step = _step(tool.name, signature, semantics, compensate, options)
 
     async def run(self: Any, args: Any, cancellation_token: Any) -> Any:
@@ -171,7 +161,7 @@ def _wrap_base_tool(
         (base,),
         {"__module__": base.__module__, "__qualname__": base.__qualname__, "run": run},
     )
-    wrapped = _copy_as(tool, subclass)
+    wrapped: BaseTool[Any, Any] = _copy_as(tool, subclass)
     wrapped.__agent_saga_step__ = step  # type: ignore[attr-defined]
     return wrapped
 

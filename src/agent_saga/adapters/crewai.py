@@ -22,13 +22,14 @@ saga's context).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Mapping
 from typing import Any, Final
 
 from .._types import ActionSemantics
 from ..errors import SagaUsageError
-from ._common import SagaStep, keyword_signature, refusal_message, require, run_as_saga
+from ._common import SagaStep, fields_signature, refusal_message, require, run_as_saga
 
 require("crewai", extra="crewai", adapter="crewai")
 
@@ -72,17 +73,7 @@ def wrap_tool(
         getattr(tool, "func", None), "__agent_saga_step__", None
     ):
         raise SagaUsageError(f"tool {tool.name!r} is already wrapped by agent-saga")
-    fields = tool.args_schema.model_fields
-    signature = keyword_signature(
-        {
-            n: (
-                inspect.Parameter.empty
-                if f.is_required()
-                else f.get_default(call_default_factory=True)
-            )
-            for n, f in fields.items()
-        }
-    )
+    signature = fields_signature(tool.args_schema)
     step = SagaStep(
         framework=FRAMEWORK,
         name=tool.name,
@@ -110,10 +101,8 @@ def _shim(func: Any, step: SagaStep) -> Any:
             return step.call_sync(lambda: func(*args, **kwargs), args, kwargs)
 
         shim = sync_shim
-    try:
+    with contextlib.suppress(TypeError, ValueError):  # a builtin has none: keep the shim's
         shim.__signature__ = inspect.signature(func)
-    except (TypeError, ValueError):
-        pass
     shim.__name__ = shim.__qualname__ = getattr(func, "__name__", step.name)
     shim.__doc__ = getattr(func, "__doc__", None)
     shim.__agent_saga_step__ = step

@@ -43,7 +43,7 @@ from ._common import (
     SagaStep,
     approval_digest,
     current_call_id,
-    keyword_signature,
+    fields_signature,
     request_digest,
     require,
     resolved,
@@ -99,7 +99,7 @@ def wrap_tool(
     step = SagaStep(
         framework=FRAMEWORK,
         name=tool.name,
-        signature=keyword_signature(visible),
+        signature=visible,
         semantics=semantics,
         compensate=compensate,
         options=tool_options,
@@ -111,7 +111,7 @@ def wrap_tool(
         "__doc__": base.__doc__,
         "__agent_saga_step__": step,
         "__agent_saga_base__": base,
-        "__agent_saga_visible__": frozenset(visible),
+        "__agent_saga_visible__": frozenset(visible.parameters),
         "run": _run_entry,
         "arun": _arun_entry,
         "_run": _run,
@@ -127,18 +127,9 @@ def wrap_tool(
     return wrapped
 
 
-def _visible_fields(tool: BaseTool) -> dict[str, Any]:
+def _visible_fields(tool: BaseTool) -> inspect.Signature:
     """The arguments the model sees (injected ones excluded), with their defaults."""
-    schema = tool.tool_call_schema
-    fields: dict[str, Any] = {}
-    model_fields = getattr(schema, "model_fields", None)
-    if isinstance(model_fields, Mapping):
-        for name, field in model_fields.items():
-            if field.is_required():
-                fields[name] = inspect.Parameter.empty
-            else:
-                fields[name] = field.get_default(call_default_factory=True)
-    return fields
+    return fields_signature(tool.tool_call_schema)
 
 
 # --- the overridden call path (methods of the per-tool subclass) ------------------------

@@ -26,7 +26,15 @@ from typing import Any, Final
 
 from .._types import ActionSemantics
 from ..errors import SagaUsageError
-from ._common import SagaStep, refusal_message, require, resolved, run_as_saga, without_params
+from ._common import (
+    SagaStep,
+    dress,
+    refusal_message,
+    require,
+    resolved,
+    run_as_saga,
+    without_params,
+)
 
 require("llama_index.core", extra="llamaindex", adapter="llamaindex")
 
@@ -98,9 +106,12 @@ def wrap_tool(
         return await step.call_async(lambda: async_fn(*args, **kwargs), args, logged(kwargs))
 
     for shim in (call, acall):
-        shim.__signature__ = signature  # type: ignore[attr-defined]
-        shim.__name__ = shim.__qualname__ = getattr(real, "__name__", step.name)
-        shim.__doc__ = getattr(real, "__doc__", None)
+        dress(
+            shim,
+            name=getattr(real, "__name__", step.name),
+            signature=signature,
+            doc=getattr(real, "__doc__", None),
+        )
     wrapped = FunctionTool(
         fn=call,
         async_fn=acall,

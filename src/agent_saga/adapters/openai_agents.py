@@ -87,12 +87,13 @@ def wrap_tool(
             f"openai_agents.wrap_tool takes an agents.FunctionTool (from @function_tool), "
             f"got {type(tool).__name__}"
         )
-    if getattr(tool.on_invoke_tool, "__agent_saga_step__", None) is not None:
-        raise SagaUsageError(f"tool {tool.name!r} is already wrapped by agent-saga")
     try:
         original = tool.__wrapped__
     except AttributeError:
         original = None
+    for marked in (tool.on_invoke_tool, original):
+        if getattr(marked, "__agent_saga_step__", None) is not None:
+            raise SagaUsageError(f"tool {tool.name!r} is already wrapped by agent-saga")
     if original is None:
         invoker = _wrap_invoker(tool, semantics, compensate, tool_options)
     else:
@@ -170,9 +171,8 @@ def _wrap_function(
         description_override=tool.description or None,
         strict_mode=tool.strict_json_schema,
     )
-    invoker = built.on_invoke_tool
-    invoker.__agent_saga_step__ = step  # type: ignore[attr-defined]
-    return invoker
+    invoke.__agent_saga_step__ = step  # type: ignore[attr-defined]
+    return built.on_invoke_tool
 
 
 def _wrap_invoker(

@@ -40,14 +40,13 @@ def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     register_handler("adapters.refund", adapter_handlers.refund)
     if "agents" in sys.modules:
         sys.modules["agents"].set_tracing_disabled(True)
-    yield
+    return
 
 
 @pytest.fixture
 def wal(tmp_path: Path) -> str:
     """The WAL of the test's sagas."""
     return str(tmp_path / "agent.wal")
-
 
 
 #: Warnings the frameworks themselves raise (the suite turns warnings into errors).

@@ -143,7 +143,9 @@ class CrewAIDriver(Driver):
             max_retry_limit=0,
             verbose=False,
         )
-        task = Task(description="do what the customer asks", expected_output="a summary", agent=agent)
+        task = Task(
+            description="do what the customer asks", expected_output="a summary", agent=agent
+        )
         return Crew(agents=[agent], tasks=[task], verbose=False)
 
     def input(self) -> Any:
@@ -160,7 +162,12 @@ class LlamaIndexDriver(Driver):
 
     def view(self, tool: Any) -> tuple[Any, ...]:
         meta = tool.metadata
-        return (meta.get_name(), meta.description, meta.get_parameters_dict(), meta.to_openai_tool())
+        return (
+            meta.get_name(),
+            meta.description,
+            meta.get_parameters_dict(),
+            meta.to_openai_tool(),
+        )
 
     def target(self, tools: list[Any], turns: list[Any], *, carry_on: bool = False) -> Any:
         from llama_index.core.agent.workflow import FunctionAgent

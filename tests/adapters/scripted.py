@@ -51,7 +51,9 @@ class Script:
 
     def next(self) -> Any:
         if self.calls >= len(self.turns):
-            raise ScriptExhausted(f"the model was called {self.calls + 1} times; script: {self.turns}")
+            raise ScriptExhausted(
+                f"the model was called {self.calls + 1} times; script: {self.turns}"
+            )
         turn = self.turns[self.calls]
         self.calls += 1
         if isinstance(turn, BaseException):
@@ -84,7 +86,9 @@ def langgraph_model(turns: list[Any]) -> Any:
         def bind_tools(self, tools: Any, **kw: Any) -> Any:
             return self
 
-        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        def _generate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> Any:
             turn = _LC_SCRIPTS[self.script_id].next()
             if isinstance(turn, str):
                 msg = AIMessage(content=turn)
@@ -166,7 +170,7 @@ def autogen_client(turns: list[Any]) -> Any:
     script = Script(turns)
     responses: list[Any] = []
     for turn in turns:
-        if isinstance(turn, str) or isinstance(turn, BaseException):
+        if isinstance(turn, (str, BaseException)):
             responses.append("(exception)" if isinstance(turn, BaseException) else turn)
         else:
             responses.append(
@@ -237,9 +241,17 @@ def crewai_llm(turns: list[Any]) -> Any:
     _CREW_SCRIPTS[sid] = Script(turns)
 
     class ScriptedLLM(BaseLLM):
-        def call(self, messages: Any, tools: Any = None, callbacks: Any = None,
-                 available_functions: Any = None, from_task: Any = None,
-                 from_agent: Any = None, response_model: Any = None, **kw: Any) -> str:
+        def call(
+            self,
+            messages: Any,
+            tools: Any = None,
+            callbacks: Any = None,
+            available_functions: Any = None,
+            from_task: Any = None,
+            from_agent: Any = None,
+            response_model: Any = None,
+            **kw: Any,
+        ) -> str:
             turn = _CREW_SCRIPTS[self.model.split(":", 1)[1]].next()
             if isinstance(turn, str):
                 return f"Thought: I now know the final answer\nFinal Answer: {turn}"

@@ -120,9 +120,7 @@ def _final_text(fw: Driver, result: Any) -> str:
     return str(result)
 
 
-async def test_irreversible_tool_never_runs_with_the_default_approver(
-    fw: Driver, wal: str
-) -> None:
+async def test_irreversible_tool_never_runs_with_the_default_approver(fw: Driver, wal: str) -> None:
     tool = fw.wrap(fw.native(send_email), semantics=IRREVERSIBLE)
     target = fw.target([tool], [[Call("send_email", {"to": "a@example.com"})], "I could not"])
     if fw.propagates_tool_errors:
@@ -190,15 +188,14 @@ async def test_unknown_outcome_of_a_reported_failure_is_escalated_not_forgotten(
     await fw.run(fw.target([tool], turns, carry_on=True), wal_path=wal)
     saga = _saga(wal)
     assert saga["outcome"] == "escalated"
-    assert saga["steps"] and {s["state"] for s in saga["steps"]} == {"escalated"}
+    assert saga["steps"]
+    assert {s["state"] for s in saga["steps"]} == {"escalated"}
     queue = cli("escalations", "--wal-path", wal, "--json")
     assert queue.returncode == 0, queue.stderr
     assert len(json.loads(queue.stdout)) == len(saga["steps"])
 
 
-async def test_abort_on_tool_error_refuses_later_calls_and_rolls_back(
-    fw: Driver, wal: str
-) -> None:
+async def test_abort_on_tool_error_refuses_later_calls_and_rolls_back(fw: Driver, wal: str) -> None:
     tool = fw.wrap(
         fw.native(charge),
         semantics=COMPENSABLE,
@@ -217,7 +214,8 @@ async def test_abort_on_tool_error_refuses_later_calls_and_rolls_back(
     assert _charges("charge") == ["ch_1"], "no side effect after the failure"
     assert _charges("refund") == ["ch_1"]
     refusals = records(wal, "gate")
-    assert refusals and {g["decided_by"] for g in refusals} == {"abort-on-tool-error"}
+    assert refusals
+    assert {g["decided_by"] for g in refusals} == {"abort-on-tool-error"}
 
 
 async def test_saga_run_rejects_an_unknown_option(fw: Driver, wal: str) -> None:

@@ -74,7 +74,11 @@ async def test_ainvoke_of_sync_and_async_tools_in_an_async_saga_are_steps(wal: s
 def test_sync_graph_invoke_inside_a_sync_saga_unwinds_the_tool_node_calls(wal: str) -> None:
     tool = _wrapped_charge()
     model = langgraph_model(
-        [[Call("charge", {"charge_id": "ch_1"})], [Call("charge", {"charge_id": "ch_2"})], OSError("down")]
+        [
+            [Call("charge", {"charge_id": "ch_1"})],
+            [Call("charge", {"charge_id": "ch_2"})],
+            OSError("down"),
+        ]
     )
     graph = StateGraph(MessagesState)
     graph.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})

@@ -45,7 +45,9 @@ async def test_parallel_tool_calls_of_one_turn_unwind_in_reverse_completion_orde
         done[charge_id].set()
         return result
 
-    tool = wrap_tool(function_tool(gated_charge), semantics=COMPENSABLE, compensate=compensate_charge)
+    tool = wrap_tool(
+        function_tool(gated_charge), semantics=COMPENSABLE, compensate=compensate_charge
+    )
     turns = [
         [Call("gated_charge", {"charge_id": c}) for c in ("ch_1", "ch_2", "ch_3")],
         RuntimeError("the model crashed"),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from adapters_support import cli, child_env
+from adapters_support import child_env, cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ["LangGraph", "OpenAI Agents SDK", "CrewAI", "LlamaIndex", "AutoGen"]

@@ -1,4 +1,4 @@
-"""LangGraph specifics: every LangChain call path, parallel ToolNode calls, interrupt() approvals."""
+"""LangGraph specifics: LangChain call paths, parallel ToolNode calls, interrupt() approvals."""
 
 from __future__ import annotations
 
@@ -200,7 +200,8 @@ async def _paused(wal: str, thread: str) -> tuple[Any, dict[str, Any], dict[str,
 async def test_interrupt_approval_runs_the_exact_call_once(wal: str) -> None:
     graph, options, payload = await _paused(wal, "t1")
     assert (payload["tool"], payload["kwargs"]) == ("send_email", {"to": "a@example.com"})
-    assert payload["tool_call_id"] and payload["digest"].startswith("sha256:")
+    assert payload["tool_call_id"]
+    assert payload["digest"].startswith("sha256:")
     result = await saga_run(
         graph,
         Command(resume=approve(payload, by="alice", note="customer asked")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from typing import Any
 
 import pytest
@@ -90,6 +91,15 @@ def test_sync_graph_invoke_inside_a_sync_saga_unwinds_the_tool_node_calls(wal: s
     with pytest.raises(OSError, match="down"), saga("sync graph", wal_path=wal):
         app.invoke({"messages": [HumanMessage("go")]})
     assert _charges("refund") == ["ch_2", "ch_1"]
+
+
+async def test_a_blocking_invoke_from_a_coroutine_runs_its_step_off_the_loop(wal: str) -> None:
+    tool = _wrapped_charge()
+    with pytest.raises(KeyError):
+        async with saga("blocking", wal_path=wal):
+            assert tool.invoke({"charge_id": "ch_1"}) == "ch_1"  # a sync call path
+            raise KeyError("stop")
+    assert _charges("refund") == ["ch_1"]
 
 
 def test_a_wrapped_tool_outside_any_saga_does_not_run(wal: str) -> None:
@@ -239,6 +249,24 @@ async def test_interrupt_approval_does_not_apply_to_changed_arguments(wal: str) 
             run_options=options,
             wal_path=wal,
         )
+    assert ledger("email") == []
+
+
+async def test_a_call_carrying_a_secret_is_refused_before_any_interrupt(wal: str) -> None:
+    key = "sk_" + "live_" + secrets.token_hex(12)  # made up: looks like a Stripe key
+    turns = [[Call("send_email", {"to": key})], "no"]
+    graph = _hitl_graph(turns)
+    options = {"config": {"configurable": {"thread_id": "t4"}}}
+    with pytest.raises(GateRefused, match="secret"):
+        await saga_run(
+            graph,
+            {"messages": [HumanMessage("go")]},
+            approver=InterruptApprover(),
+            run_options=options,
+            wal_path=wal,
+        )
+    state = await graph.aget_state(options["config"])
+    assert not state.interrupts, "the secret never reached the graph's state as a question"
     assert ledger("email") == []
 
 

@@ -38,6 +38,7 @@ from .._runtime import current_saga
 from .._types import ActionSemantics
 from ..errors import SagaUsageError
 from ..gate import ApprovalRequest, Decision
+from ..secrets import find_secrets
 from ._common import (
     CallId,
     SagaStep,
@@ -270,6 +271,10 @@ def _ask_human(step: SagaStep, args: tuple[Any, ...], logged: dict[str, Any]) ->
     ):
         return None
     kwargs = step.logged_kwargs(args, logged)
+    if find_secrets(kwargs):
+        # Never put a credential into the graph's state or in front of a human: the
+        # gate refuses this call (SecretInKwargs) before anything else happens.
+        return None
     payload = {
         "kind": PAYLOAD_KIND,
         "tool": step.name,

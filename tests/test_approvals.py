@@ -50,7 +50,11 @@ class Wire:
 
 
 def records(wal: Path, rtype: str) -> list[dict[str, Any]]:
-    return [i.data for i in scan(wal) if isinstance(i, Record) and i.data["type"] == rtype]
+    return [
+        i.data
+        for i in scan(wal)
+        if isinstance(i, Record) and not i.meta and i.data["type"] == rtype
+    ]
 
 
 def wait_for_request(wal: Path, timeout: float = 8.0) -> ApprovalView:

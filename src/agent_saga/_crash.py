@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["arm", "crashpoint", "disarm_all"]
+__all__ = ["arm", "crashpoint", "disarm_all", "is_armed"]
 
 # point name -> how many more times to pass it before dying (0 = die on next hit)
 _armed: dict[str, int] = {}
@@ -25,6 +25,11 @@ def crashpoint(name: str) -> None:
             _armed[name] = remaining - 1
             return
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def is_armed(name: str) -> bool:
+    """Whether crash point ``name`` is armed (for points that must prepare a crash)."""
+    return bool(_armed) and name in _armed
 
 
 def arm(name: str, *, skip: int = 0) -> None:

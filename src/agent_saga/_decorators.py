@@ -29,7 +29,7 @@ from ._runtime import (
 )
 from ._tools import ToolSpec, plain_defaults
 from ._types import ActionSemantics, RetryPolicy
-from .errors import CompensationFailed, LeaseLost, NoActiveSaga, SagaUsageError
+from .errors import CompensationFailed, LeaseLost, NoActiveSaga, OutcomeUnknown, SagaUsageError
 from .gate import Approver, Policy
 
 __all__ = ["SagaContext", "saga", "tool"]
@@ -105,6 +105,68 @@ def _make_spec(
     )
 
 
+class _AsyncTool:
+    """What ``@tool`` returns for an ``async def``: calling it makes the step's coroutine.
+
+    It is a plain callable rather than an ``async def`` so that the coroutine is
+    made by agent-saga: inside a saga it is remembered, and a call that was never
+    awaited by the time the saga ends is an error naming the tool, not a step that
+    silently never ran. It keeps the function's name, docstring, signature and
+    code flags, so ``inspect.iscoroutinefunction`` and frameworks still see an
+    async function.
+    """
+
+    def __init__(self, body: Callable[..., Any], fn: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, fn)
+        self._body = body
+        # inspect.iscoroutinefunction reads these from function-like objects.
+        self.__code__ = fn.__code__
+        self.__defaults__ = getattr(fn, "__defaults__", None)
+        self.__kwdefaults__ = getattr(fn, "__kwdefaults__", None)
+        if hasattr(inspect, "markcoroutinefunction"):  # Python 3.12+
+            inspect.markcoroutinefunction(self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        coro = self._body(*args, **kwargs)
+        scope = _current.get()
+        if scope is not None:
+            scope.run.calls.append((coro, self.__agent_saga_tool__.name))  # type: ignore[attr-defined]
+        return coro
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<agent-saga tool {self.__agent_saga_tool__.name!r}>"  # type: ignore[attr-defined]
+
+
+def _tracked_call(scope: Scope, coro: Any, spec: ToolSpec) -> Any:
+    """Remember a coroutine a sync tool returned inside an async saga (see _AsyncTool)."""
+    scope.run.calls.append((coro, spec.name))
+    return coro
+
+
+def _unawaited(scope: Scope) -> list[str]:
+    """Close the tool coroutines of this saga that were never awaited; return their tools."""
+    names = []
+    for coro, name in scope.run.calls:
+        if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            coro.close()  # never started: nothing ran, and no "never awaited" warning
+            names.append(name)
+    scope.run.calls.clear()
+    return names
+
+
+def _never_awaited(scope: Scope, names: list[str]) -> SagaUsageError:
+    listed = ", ".join(repr(n) for n in names)
+    return SagaUsageError(
+        f"tool call(s) {listed} in saga {scope.name!r} were never awaited, so they never "
+        "ran; inside an async saga every tool call must be awaited "
+        "(`await tool(...)`, or passed to asyncio.gather)",
+        saga_id=scope.id,
+    )
+
+
 def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
     reversible = spec.semantics is _REVERSIBLE
     current = _current.get
@@ -138,6 +200,9 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 return await _tracked(scope, E.step_protocol(scope, spec, fn, args, kwargs))
 
             wrapper = async_durable
+        tool_object = _AsyncTool(wrapper, fn)
+        tool_object.__agent_saga_tool__ = spec  # type: ignore[attr-defined]
+        return tool_object
     elif reversible:
 
         def sync_reversible(*args: Any, **kwargs: Any) -> Any:
@@ -145,7 +210,9 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
             if scope is None:
                 raise _no_saga(spec)
             if scope.is_async and is_async_context(scope):
-                return _sync_reversible_in_async(scope, spec, fn, args, kwargs)
+                return _tracked_call(
+                    scope, _sync_reversible_in_async(scope, spec, fn, args, kwargs), spec
+                )
             if scope.policies:
                 refusal = E.reversible_gate(scope, spec, args, kwargs)
                 if refusal is not None:
@@ -167,7 +234,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 raise _no_saga(spec)
             protocol = E.step_protocol(scope, spec, fn, args, kwargs)
             if scope.is_async and is_async_context(scope):
-                return _tracked(scope, protocol)
+                return _tracked_call(scope, _tracked(scope, protocol), spec)
             return drive_sync(protocol, scope.run)
 
         wrapper = sync_durable
@@ -361,6 +428,7 @@ class SagaContext:
         tb: TracebackType | None,
     ) -> Literal[False]:
         scope = self._leave()
+        usage, exc = _check_awaited(scope, exc)
         plan = _exit_plan(scope, exc)
         if plan == "settle":
             drive_sync(E.settle_protocol(scope), scope.run)
@@ -370,6 +438,8 @@ class SagaContext:
             _report_escalations(scope)
             _raise_if_incomplete(scope, exc, failures)
         _report_escalations(scope)
+        if usage is not None:
+            raise usage
         return False
 
     async def __aenter__(self) -> Scope:
@@ -382,6 +452,7 @@ class SagaContext:
         tb: TracebackType | None,
     ) -> Literal[False]:
         scope = self._leave()
+        usage, exc = _check_awaited(scope, exc)
         plan = _exit_plan(scope, exc)
         if plan == "settle":
             await drive_async(E.settle_protocol(scope), scope.run)
@@ -390,6 +461,8 @@ class SagaContext:
             _report_escalations(scope)
             _raise_if_incomplete(scope, exc, failures)
         _report_escalations(scope)
+        if usage is not None:
+            raise usage
         return False
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
@@ -411,6 +484,27 @@ def _report_escalations(scope: Scope) -> None:
             reason,
         )
     run.reported = len(run.escalations)
+
+
+def _check_awaited(
+    scope: Scope, exc: BaseException | None
+) -> tuple[SagaUsageError | None, BaseException | None]:
+    """At the end of a saga: a tool call that was never awaited is the saga's failure.
+
+    The agent believes the step happened; it did not. The saga is rolled back like
+    any failed saga and the error names the tool. If the saga already failed, its
+    own exception stays what propagates and carries a note.
+    """
+    if scope.parent is not None or not scope.run.calls:
+        return None, exc
+    names = _unawaited(scope)
+    if not names:
+        return None, exc
+    usage = _never_awaited(scope, names)
+    if exc is None:
+        return usage, usage
+    exc.add_note(str(usage))
+    return None, exc
 
 
 def _exit_plan(scope: Scope, exc: BaseException | None) -> str:
@@ -444,9 +538,11 @@ def _compensation_failed(
     scope: Scope, failures: list[tuple[int, str, BaseException]]
 ) -> CompensationFailed:
     names = ", ".join(f"step {sid} ({tool_name})" for sid, tool_name, _ in failures)
+    # A call that raised is the common surprise: say which, why, and the one-line fix.
+    hints = "".join(f" {err}." for _, _, err in failures if isinstance(err, OutcomeUnknown))
     return CompensationFailed(
         f"rollback of saga {scope.name!r} ({scope.id}) could not undo {names}; they were "
-        "escalated — see `agent-saga escalations`",
+        f"escalated — see `agent-saga escalations`.{hints}",
         failures=failures,
         saga_id=scope.id,
     )

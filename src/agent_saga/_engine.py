@@ -25,7 +25,9 @@ from ._commands import Append, AppendFenced, Approve, Call, Command, Protocol, S
 from ._registry import is_registered
 from ._types import ActionSemantics, Compensation, RetryPolicy
 from ._undo import (
+    StepFacts,
     Target,
+    duplicate_risk,
     error_text,
     escalate,
     escalation_id,
@@ -34,17 +36,17 @@ from ._undo import (
     now,
     resolve_unknown,
     run_compensation,
-    undo_compensation,
+    undo_durable_step,
 )
 from .errors import (
     GateRefused,
     InvalidCompensation,
     LeaseLost,
-    SagaError,
+    OutcomeUnknown,
     SecretInKwargs,
 )
 from .gate import ApprovalRequest, Decision, as_decision, run_policies
-from .secrets import CredentialRef, assert_no_secrets
+from .secrets import CredentialRef, assert_no_secrets, redact
 from .wal import records as R
 
 if TYPE_CHECKING:
@@ -96,6 +98,7 @@ class Step:
     restore: Callable[[], Any] | None = None
     preimage: Any = None
     problem: str | None = None
+    forward_error: BaseException | None = None
     durable = False
     attempts = 0
     unknown_attempts: list[int] = []  # noqa: RUF012 - replaced before any append
@@ -280,7 +283,7 @@ def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
         "semantics": step.spec.semantics.value,
         "decision": "approved" if decision.approved else "refused",
         "decided_by": decision.decided_by,
-        "reason": decision.reason,
+        "reason": redact(decision.reason),  # a policy may quote the value it refused
         "ts": now(),
     }
 
@@ -321,7 +324,17 @@ def step_protocol(
     if spec.wants_idempotency_key and "idempotency_key" not in kwargs:
         call_kwargs = {**kwargs, "idempotency_key": step.idempotency_key}
     if spec.capture is not None:
-        step.preimage = jsonable((yield Call(spec.capture, (), step.kwargs)))
+        # The pre-image is logged with the intent: it passes the same secret scan as
+        # the kwargs, and a hit refuses the step before the forward call (it cannot
+        # be redacted: the undo needs it whole). docs/secrets.md has the per-field rule.
+        try:
+            step.preimage = jsonable((yield Call(spec.capture, (), step.kwargs)))
+            assert_no_secrets(step.preimage, path="preimage")
+        except SecretInKwargs as exc:
+            run.side_effects -= 1
+            refusal = Decision.deny("secret-scan", str(exc))
+            yield Append(_gate_record(run, step, refusal))
+            raise _refusal(run, step, refusal) from None
 
     while True:
         step.attempts += 1
@@ -336,6 +349,7 @@ def step_protocol(
             "kwargs": step.kwargs,
             "idempotency_key": step.idempotency_key,
             "approved_by": approved_by,
+            "idempotent": spec.idempotent,
             "ts": now(),
         }
         if spec.resolver is not None:
@@ -351,6 +365,7 @@ def step_protocol(
             result = yield Call(fn, args, call_kwargs)
         except BaseException as exc:
             outcome = "no_effect" if spec.is_no_effect(exc) else "unknown"
+            step.forward_error = exc
             _crash.crashpoint("step.after_call_failed")
             yield Submit(
                 {
@@ -526,10 +541,10 @@ def _undo(
     run: Run, step: Step, policy: RetryPolicy
 ) -> Generator[Command, Any, BaseException | None]:
     """Undo one step; return the error when the saga could not be restored."""
-    if step.problem is not None and step.compensation is None:
-        yield from _escalate(run, step, f"cannot undo {step.spec.name!r}: {step.problem}")
-        return InvalidCompensation(step.problem, saga_id=run.id, step_id=step.id)
     if not step.durable:  # REVERSIBLE: in-process only
+        if step.problem is not None and step.compensation is None:
+            yield from _escalate(run, step, f"cannot undo {step.spec.name!r}: {step.problem}")
+            return InvalidCompensation(step.problem, saga_id=run.id, step_id=step.id)
         comp = Compensation(fn=step.restore) if step.restore is not None else step.compensation
         if comp is None:
             return None  # a REVERSIBLE tool without snapshot or compensation: nothing to undo
@@ -544,46 +559,41 @@ def _undo(
             f"restore of REVERSIBLE step {step.spec.name!r} failed: {error_text(error)}",
         )
         return error
-    if step.state is StepState.UNKNOWN:
-        outcome, error = yield from resolve_unknown(_target(run, step), policy)
-        _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) outcome unknown")
-        if outcome == "escalated":
-            return error or _unresolved(run, step)
-        return None
-    if step.spec.semantics is IRREVERSIBLE:
-        yield from _escalate(
-            run,
-            step,
-            f"IRREVERSIBLE step {step.spec.name!r} completed in a saga that rolled "
-            "back; it cannot be undone automatically",
-        )
-        return None
-    if step.compensation is None:
-        yield from _escalate(run, step, f"no valid compensation for {step.spec.name!r}")
-        return InvalidCompensation(
-            f"{step.spec.name!r} has no valid compensation", saga_id=run.id, step_id=step.id
-        )
-    outcome, error = yield from undo_compensation(_target(run, step), step.compensation, policy)
-    _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) compensation failed")
-    if error is None and step.unknown_attempts and not step.spec.idempotent:
-        yield from _escalate(run, step, _duplicate_risk(step))
-        return _unresolved(run, step)
-    return error
+    facts = _facts(run, step)
+    result = yield from undo_durable_step(facts, policy)
+    _settle(run, step, result.outcome, result.reason)
+    if isinstance(result.error, OutcomeUnknown) and step.forward_error is not None:
+        return _outcome_unknown(run, step, step.forward_error, facts.committed)
+    return result.error
 
 
-def _duplicate_risk(step: Step) -> str:
-    return (
-        f"{step.spec.name!r} attempts {step.unknown_attempts} raised with unknown outcome "
-        "before a later attempt succeeded; the effect may have happened more than once "
-        "(declare idempotent=True if the service dedupes by idempotency key)"
+def _outcome_unknown(
+    run: Run, step: Step, forward: BaseException, committed: bool
+) -> OutcomeUnknown:
+    name, kind = step.spec.name, type(forward).__name__
+    what = "an earlier attempt raised" if committed else "it raised"
+    return OutcomeUnknown(
+        f"step {step.id} ({name}): {what} {error_text(forward)}, so it may have taken "
+        "effect; failing closed, it was escalated to a human instead of assumed undone. "
+        f"If {kind} proves that nothing happened, declare "
+        f"@tool(..., no_effect_on=({kind},)); if the service can tell, give the tool a "
+        "resolver=",
+        tool=name,
+        error=error_text(forward),
+        saga_id=run.id,
+        step_id=step.id,
     )
 
 
-def _unresolved(run: Run, step: Step) -> SagaError:
-    return SagaError(
-        f"step {step.id} ({step.spec.name}) has an unknown outcome and was escalated",
-        saga_id=run.id,
-        step_id=step.id,
+def _facts(run: Run, step: Step) -> StepFacts:
+    return StepFacts(
+        _target(run, step),
+        step.spec.semantics.value,
+        committed=step.state is not StepState.UNKNOWN,
+        compensation=step.compensation,
+        problem=step.problem,
+        unknown_attempts=tuple(step.unknown_attempts),
+        idempotent=step.spec.idempotent,
     )
 
 
@@ -616,5 +626,5 @@ def settle_protocol(scope: Scope) -> Generator[Command, Any, None]:
             outcome, _ = yield from resolve_unknown(_target(run, step), run.compensation_retry)
             _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) outcome unknown")
         elif step.unknown_attempts and step.durable and not step.spec.idempotent:
-            yield from _escalate(run, step, _duplicate_risk(step))
+            yield from _escalate(run, step, duplicate_risk(step.spec.name, step.unknown_attempts))
     yield from run.end_records("escalated" if run.escalations else "committed")

@@ -26,6 +26,7 @@ from ._engine import Step
 from ._types import RetryPolicy
 from .errors import SagaUsageError
 from .gate import Approver, Policy, deny_all
+from .secrets import redact
 from .wal import records as R
 
 __all__ = [
@@ -106,6 +107,11 @@ class SagaOptions:
             raise SagaUsageError("compensation_retry must be a RetryPolicy")
 
 
+def _plain_name(name: str) -> bool:
+    # Most names are short identifiers; skip the scanner for them (hot path).
+    return len(name) < 16 or (name.isascii() and name.replace("-", "_").isidentifier())
+
+
 class Run:
     """One saga execution: its id, its log, and the steps still to undo."""
 
@@ -113,6 +119,7 @@ class Run:
         "_begun",
         "_log",
         "_next",
+        "calls",
         "closed",
         "compensation_retry",
         "done",
@@ -127,7 +134,9 @@ class Run:
 
     def __init__(self, options: SagaOptions, name: str) -> None:
         self.id = uuid.uuid4().hex
-        self.name = name
+        # The name is logged (saga_begin, approval requests) and shown everywhere: a
+        # credential pasted into it is redacted, not refused (it only describes).
+        self.name = name if _plain_name(name) else str(redact(name))
         self.options = options
         self.compensation_retry = options.compensation_retry
         self.done: list[Step] = []  # completion order; unwound in reverse
@@ -135,6 +144,7 @@ class Run:
         self.reported = 0  # escalations already logged
         self.side_effects = 0
         self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
+        self.calls: list[tuple[Any, str]] = []  # tool coroutines made in this saga
         self.closed = False  # set once the saga committed or unwound
         self._next = 1
         self._log: LogBackend | None = options.log
@@ -247,6 +257,15 @@ class Scope:
     def wal_path(self) -> str:
         """Absolute path of the WAL this saga writes to (opened only when needed)."""
         return os.path.abspath(self.run.options.wal_path or _config.default_wal_path())
+
+    @property
+    def encryptor(self) -> Any:
+        """The encryptor passed to ``saga(encryptor=...)``, or None for the default.
+
+        Connectors that keep data beside the log (the snapshot store) use it so that
+        their files are sealed with the same key as the log.
+        """
+        return self.run.options.encryptor
 
     @property
     def escalations(self) -> list[str]:

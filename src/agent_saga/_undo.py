@@ -11,20 +11,29 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import _crash
 from ._commands import Append, Call, Command, Protocol, Sleep, Submit
 from ._registry import accepts_keyword, get_handler
 from ._types import Compensation, Resolution, RetryPolicy
-from .errors import ConcurrentWriteDetected, HandlerNotRegistered
+from .errors import (
+    ConcurrentWriteDetected,
+    HandlerNotRegistered,
+    InvalidCompensation,
+    OutcomeUnknown,
+)
 from .secrets import CredentialRef, redact
 from .wal import records as R
 
 __all__ = [
+    "StepFacts",
     "Target",
+    "UndoResult",
     "compensation_call",
+    "duplicate_risk",
     "error_text",
     "escalate",
     "escalation_id",
@@ -35,6 +44,7 @@ __all__ = [
     "revive_refs",
     "run_compensation",
     "undo_compensation",
+    "undo_durable_step",
 ]
 
 
@@ -320,3 +330,111 @@ def resolve_unknown(
         return "no_effect", None
     assert verdict.compensation is not None
     return (yield from undo_compensation(t, verdict.compensation, policy))
+
+
+# --- one durable step, whoever undoes it -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StepFacts:
+    """What is known about a durable step when it must be undone.
+
+    In-process rollback builds it from the live step, the recovery daemon from the
+    log (``StepView``): both then decide through :func:`undo_durable_step`, so the
+    daemon never concludes less than the agent would have.
+
+    Attributes:
+        target: The step (saga, step number, tool, who acts, resolver, kwargs ...).
+        semantics: ``"compensable"`` or ``"irreversible"``.
+        committed: Some attempt completed (a ``committed`` record / a result).
+        compensation: The compensation to run, or None when none is valid.
+        problem: Why the declared compensation is not valid, when it is not.
+        unknown_attempts: Attempts that raised (or never reported back) with an
+            unknown outcome: each may have landed.
+        idempotent: The tool declared that its service dedupes by idempotency key.
+    """
+
+    target: Target
+    semantics: str
+    committed: bool
+    compensation: Compensation | None = None
+    problem: str | None = None
+    unknown_attempts: Sequence[int] = ()
+    idempotent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UndoResult:
+    """How undoing one step ended.
+
+    Attributes:
+        outcome: ``"compensated"``, ``"no_effect"`` or ``"escalated"``.
+        error: What made the saga impossible to restore (None when restored, and for
+            an IRREVERSIBLE step, whose approval accepted that it stays).
+        reason: The escalation's reason, when escalated.
+    """
+
+    outcome: str
+    error: BaseException | None = None
+    reason: str | None = None
+
+
+def duplicate_risk(tool: str, attempts: Sequence[int]) -> str:
+    """The escalation reason for earlier attempts that may have landed too."""
+    return (
+        f"{tool!r} attempts {list(attempts)} raised with unknown outcome before a later "
+        "attempt succeeded; the effect may have happened more than once (declare "
+        "idempotent=True if the service dedupes by idempotency key)"
+    )
+
+
+def undo_durable_step(f: StepFacts, policy: RetryPolicy) -> Generator[Command, Any, UndoResult]:
+    """Undo one durable step: compensate, resolve, or escalate — never guess.
+
+    * no attempt completed: only the tool's resolver may decide (``resolve_unknown``);
+    * IRREVERSIBLE: escalated for the record (it was approved as such);
+    * no valid compensation: escalated;
+    * otherwise compensated with the step's recovery token; and if an earlier attempt
+      of a non-idempotent tool had an unknown outcome, that attempt may have landed
+      as well: escalated, whatever the compensation did.
+    """
+    t = f.target
+    if not f.committed:
+        outcome, error = yield from resolve_unknown(t, policy)
+        if outcome != "escalated":
+            return UndoResult(outcome)
+        why = f"step {t.step} ({t.tool}) outcome unknown"
+        return UndoResult(outcome, error or _unresolved(t), why)
+    if f.semantics == "irreversible":
+        reason = (
+            f"IRREVERSIBLE step {t.tool!r} completed in a saga that rolled back; it cannot "
+            "be undone automatically"
+        )
+        yield from escalate(t.saga, t.step, reason, t.by)
+        return UndoResult("escalated", None, reason)
+    if f.compensation is None:
+        reason = (
+            f"cannot undo {t.tool!r}: {f.problem}"
+            if f.problem
+            else f"no valid compensation recorded for {t.tool!r}"
+        )
+        yield from escalate(t.saga, t.step, reason, t.by)
+        problem = InvalidCompensation(reason, saga_id=t.saga, step_id=t.step)
+        return UndoResult("escalated", problem, reason)
+    outcome, error = yield from undo_compensation(t, f.compensation, policy)
+    if error is not None:
+        return UndoResult(outcome, error, f"step {t.step} ({t.tool}) compensation failed")
+    if f.unknown_attempts and not f.idempotent:
+        reason = duplicate_risk(t.tool, f.unknown_attempts)
+        yield from escalate(t.saga, t.step, reason, t.by)
+        return UndoResult("escalated", _unresolved(t), reason)
+    return UndoResult(outcome)
+
+
+def _unresolved(t: Target) -> OutcomeUnknown:
+    return OutcomeUnknown(
+        f"step {t.step} ({t.tool}) has an unknown outcome and was escalated",
+        tool=t.tool,
+        saga_id=t.saga,
+        step_id=t.step,
+    )

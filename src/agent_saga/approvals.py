@@ -42,6 +42,7 @@ from . import _config
 from ._runtime import current_saga
 from .errors import SagaUsageError
 from .gate import ApprovalRequest, Decision, current_user
+from .secrets import redact
 from .wal import records as R
 from .wal.reader import Damage, Record, scan
 from .wal.state import ApprovalView, SagaFold, fold_file
@@ -242,7 +243,7 @@ def _decision(request: str, saga_id: str, approve: bool, by: str, note: str) -> 
         "saga": saga_id,
         "decision": "approved" if approve else "denied",
         "by": by,
-        "note": note,
+        "note": redact(note),  # a human may paste a credential into a note
         "ts": time.time(),
     }
 

@@ -158,6 +158,8 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "records": report.records,
                 "by_type": report.by_type,
                 "damages": [asdict(d) for d in report.damages],
+                "repairs": report.repairs,
+                "encrypted": report.encrypted,
                 "ok": report.ok,
             },
             out,
@@ -166,6 +168,11 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write("\n")
     else:
         out.write(f"{report.path}: {report.records} records, {report.size} bytes\n")
+        for r in report.repairs:
+            out.write(
+                f"repaired a torn tail at offset {r['offset']}: {r['length']} bytes cut after "
+                f"a crash mid-write (saved as {r.get('saved')}); not damage\n"
+            )
         for d in report.damages:
             out.write(f"damage at offset {d.offset}: {d.length} bytes, {d.kind} ({d.detail})\n")
         out.write("ok\n" if report.ok else f"{len(report.damages)} damaged region(s)\n")

@@ -10,6 +10,7 @@
     ├── GateRefused                 the pre-flight gate said no; nothing happened
     │   └── SecretInKwargs          ...because a value looks like a credential
     ├── CompensationFailed          rollback could not undo everything; a human must look
+    ├── OutcomeUnknown              a call raised and may have taken effect; escalated
     ├── ConcurrentWriteDetected     a connector found its target changed by someone else
     ├── LeaseLost                   this process lost its lease; recovery owns the saga now
     ├── WALError                    the write-ahead log could not do what was asked
@@ -17,6 +18,7 @@
     │   ├── WALWriteFailed          a write or fsync failed; the record is NOT durable
     │   ├── WALCorrupted            a reader met a damaged frame (offset attached)
     │   ├── WALKeyMissing           the log is encrypted and no key was given
+    │   ├── WALEncryptionMismatch   a key is set but the log is plaintext (migrate it first)
     │   └── WALAuthenticationFailed the key is wrong or a record was tampered with
     └── RecoveryError               the recovery daemon could not complete an action
 
@@ -35,12 +37,14 @@ __all__ = [
     "InvalidCompensation",
     "LeaseLost",
     "NoActiveSaga",
+    "OutcomeUnknown",
     "RecoveryError",
     "SagaError",
     "SagaUsageError",
     "SecretInKwargs",
     "WALAuthenticationFailed",
     "WALCorrupted",
+    "WALEncryptionMismatch",
     "WALError",
     "WALFull",
     "WALKeyMissing",
@@ -169,6 +173,33 @@ class CompensationFailed(SagaError):
         self.failures = failures or []
 
 
+class OutcomeUnknown(SagaError):
+    """A forward call raised, so it may or may not have taken effect; it was escalated.
+
+    Fail closed: agent-saga does not assume that a call which raised did nothing.
+    Tell it which exceptions prove that (``@tool(..., no_effect_on=(CardDeclined,))``)
+    or give the tool a ``resolver=`` that can find out. It appears among the
+    ``failures`` of :class:`CompensationFailed`.
+
+    Attributes:
+        tool: The tool whose call raised.
+        error: ``Type: message`` of what the call raised (redacted), when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool: str = "",
+        error: str | None = None,
+        saga_id: str | None = None,
+        step_id: int | None = None,
+    ) -> None:
+        super().__init__(message, saga_id=saga_id, step_id=step_id)
+        self.tool = tool
+        self.error = error
+
+
 class ConcurrentWriteDetected(SagaError):
     """A compensation found its target changed by someone else since the step ran.
 
@@ -223,6 +254,13 @@ class WALCorrupted(WALError):
 
 class WALKeyMissing(WALError):
     """The log holds encrypted records and no key was configured (``AGENT_SAGA_WAL_KEY``)."""
+
+
+class WALEncryptionMismatch(WALError):
+    """A WAL key is configured but the log is plaintext: mixing the two is refused.
+
+    Encrypt the existing log first (``agent-saga wal encrypt``), or unset the key.
+    """
 
 
 class WALAuthenticationFailed(WALError):

@@ -26,6 +26,7 @@ CRASH_POINTS = (
     "rollback.before_compensation",
     "rollback.after_compensation",
     "wal.before_write",
+    "wal.mid_write",
     "wal.after_write",
     "wal.after_fsync",
 )

@@ -218,5 +218,9 @@ def test_intent_records_carry_no_content(tmp_path: Path) -> None:
         write_file(tmp_path / "z", "zzz")
     from agent_saga.wal.reader import Record, scan
 
-    intents = [i.data for i in scan(wal) if isinstance(i, Record) and i.data["type"] == INTENT]
+    intents = [
+        i.data
+        for i in scan(wal)
+        if isinstance(i, Record) and not i.meta and i.data["type"] == INTENT
+    ]
     assert set(intents[0]["kwargs"]) == {"path", "sha256"}

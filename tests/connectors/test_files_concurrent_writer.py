@@ -23,7 +23,7 @@ def test_concurrent_change_is_escalated_at_once_without_retries(tmp_path: Path) 
     assert isinstance(caught.value.__cause__, RuntimeError)
     assert target.read_text() == "a human edited this meanwhile\n", "never overwritten"
 
-    records = [r.data for r in scan(wal) if isinstance(r, Record)]
+    records = [r.data for r in scan(wal) if isinstance(r, Record) and not r.meta]
     failed = [r for r in records if r["type"] == R.COMPENSATION_FAILED]
     assert len(failed) == 1, "a concurrent writer is not retried"
     assert failed[0]["final"] is True

@@ -26,7 +26,7 @@ def charge() -> object:
 
 
 def _sagas(path: Path) -> set[str]:
-    return {r.data["saga"] for r in scan(path) if isinstance(r, Record)}
+    return {r.data["saga"] for r in scan(path) if isinstance(r, Record) and not r.meta}
 
 
 def test_default_wal_is_agent_saga_wal_in_the_working_directory(

@@ -1,7 +1,8 @@
 """An agent process for the recovery tests; its behaviour comes from argv[1] (JSON).
 
 Keys: wal, items (list), crash ("point" or null), skip, fail_after (raise after the
-steps, to roll back in-process), blind (tool without resolver), wait_stdin_after
+steps, to roll back in-process), blind (tool without resolver), tool ("flaky" /
+"flaky_idempotent": retried, its first attempt lands and raises), wait_stdin_after
 (index after which to print "ready" and block on a line from stdin), sagas
 (run this many sagas in threads, then SIGKILL itself), lease.
 """
@@ -23,7 +24,8 @@ from agent_saga.testing import arm_crash
 
 
 def run_one(cfg: dict, prefix: str = "") -> None:
-    tool = H.do_blind if cfg.get("blind") else H.do
+    tools = {"blind": H.do_blind, "flaky": H.do_flaky, "flaky_idempotent": H.do_flaky_idempotent}
+    tool = tools["blind"] if cfg.get("blind") else tools.get(cfg.get("tool", ""), H.do)
     with saga("recovery-test", wal_path=cfg["wal"], lease_seconds=cfg.get("lease", 0.5)) as s:
         print(json.dumps({"saga": s.id}), flush=True)
         for i, item in enumerate(cfg["items"]):

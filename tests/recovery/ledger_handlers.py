@@ -21,6 +21,7 @@ from agent_saga import (
     ActionSemantics,
     Compensation,
     Resolution,
+    RetryPolicy,
     register_handler,
     tool,
 )
@@ -112,6 +113,38 @@ def do_slow(item: str, idempotency_key: str) -> str:
     sys.stdin.readline()
     _append("FORWARD_LEDGER", {"item": item, "key": idempotency_key})
     return item
+
+
+_flaky_calls = {"n": 0}
+
+
+def _flaky(item: str, idempotency_key: str) -> str:
+    """The first call takes effect *and* raises (a timeout after the charge went
+    through); the retry takes effect again and returns."""
+    _flaky_calls["n"] += 1
+    _append("FORWARD_LEDGER", {"item": item, "key": f"{idempotency_key}#{_flaky_calls['n']}"})
+    if _flaky_calls["n"] == 1:
+        raise TimeoutError("the response was lost, but the call went through")
+    return item
+
+
+_RETRY_ONCE = RetryPolicy(attempts=2, initial_delay=0.0, jitter=0.0)
+do_flaky = tool(
+    semantics=ActionSemantics.COMPENSABLE,
+    compensate=_compensate,
+    resolver="ledger.resolve",
+    name="ledger.do_flaky",
+    retry=_RETRY_ONCE,
+)(_flaky)
+#: The same call against a service that dedupes by idempotency key (declared so).
+do_flaky_idempotent = tool(
+    semantics=ActionSemantics.COMPENSABLE,
+    compensate=_compensate,
+    resolver="ledger.resolve",
+    name="ledger.do_flaky_idempotent",
+    retry=_RETRY_ONCE,
+    idempotent=True,
+)(_flaky)
 
 
 if os.environ.get("ARM_CRASH"):

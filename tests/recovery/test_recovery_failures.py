@@ -90,7 +90,9 @@ def test_handler_that_always_fails_is_escalated_and_a_human_can_resolve_it(world
 def _frames(path):
     from agent_saga.wal.reader import Record, scan
 
-    return [(item.offset, item.end) for item in scan(path) if isinstance(item, Record)]
+    return [
+        (item.offset, item.end) for item in scan(path) if isinstance(item, Record) and not item.meta
+    ]
 
 
 def test_truncated_wal_at_many_offsets_never_stops_the_daemon(world):

@@ -32,7 +32,16 @@ with saga("refactor", wal_path=wal, lease_seconds=0.3):
 """
 
 
-def test_killed_coding_agent_has_every_file_restored_by_the_daemon(tmp_path: Path) -> None:
+KEY = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo3ODkwMTI="  # base64 of 32 test bytes
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plaintext", "encrypted"])
+def test_killed_coding_agent_has_every_file_restored_by_the_daemon(
+    tmp_path: Path, encrypted: bool
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_SAGA_WAL_KEY"}
+    if encrypted:
+        env["AGENT_SAGA_WAL_KEY"] = KEY
     work = tmp_path / "repo"
     work.mkdir()
     (work / "app.py").write_text("print('original')\n")
@@ -43,7 +52,11 @@ def test_killed_coding_agent_has_every_file_restored_by_the_daemon(tmp_path: Pat
     wal = str(tmp_path / "files.wal")
 
     agent = subprocess.run(
-        [sys.executable, "-c", AGENT, str(work), wal], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", AGENT, str(work), wal],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert agent.returncode == -signal.SIGKILL, agent.stderr
     assert (work / "b.txt").exists()
@@ -64,6 +77,7 @@ def test_killed_coding_agent_has_every_file_restored_by_the_daemon(tmp_path: Pat
             capture_output=True,
             text=True,
             timeout=60,
+            env=env,
         )
         assert run.returncode == 0, run.stderr
         if '"event": "finished"' in run.stdout or time.monotonic() > deadline:
@@ -71,6 +85,11 @@ def test_killed_coding_agent_has_every_file_restored_by_the_daemon(tmp_path: Pat
         time.sleep(0.1)  # the dead agent's 0.3 s lease runs out
     assert '"outcome": "rolled_back"' in run.stdout
     assert {p.name: p.read_bytes() for p in work.iterdir()} == before
+    if encrypted:  # the pre-images were stored sealed: no file content on disk in clear
+        blobs = [b.read_bytes() for b in Path(wal + ".d", "snapshots").rglob("*") if b.is_file()]
+        assert blobs, "the agent stored pre-images"
+        for content in (*before.values(), b"print('rewritten')", b"agent was here"):
+            assert not any(content in blob for blob in blobs)
 
 
 def test_demo_shows_rollback_refusal_and_crash_recovery() -> None:

@@ -26,6 +26,14 @@ def _no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENT_SAGA_WAL_KEY", raising=False)
 
 
+def _header_end(path: Path) -> int:
+    """Where the first record starts: the plaintext log header comes first."""
+    header = next(iter(scan(path)))
+    assert isinstance(header, Record)
+    assert header.data["type"] == "log_header"
+    return header.end
+
+
 def _write(path: Path, n: int = 3) -> None:
     w = WALWriter(path, encryptor=AesGcmEncryptor(KEY))
     for i in range(n):
@@ -38,9 +46,11 @@ def test_round_trip_and_plaintext_never_on_disk(tmp_path: Path) -> None:
     _write(p)
     raw = p.read_bytes()
     assert b"stripe.charge" not in raw
-    assert raw[3] == KIND_ENCRYPTED
+    assert raw[_header_end(p) + 3] == KIND_ENCRYPTED
     items = list(scan(p, decryptor=AesGcmEncryptor(KEY)))
-    assert [i.data for i in items if isinstance(i, Record)] == [rec(i) for i in range(3)]
+    assert [i.data for i in items if isinstance(i, Record) and not i.meta] == [
+        rec(i) for i in range(3)
+    ]
     assert verify(p, decryptor=AesGcmEncryptor(KEY)).records == 3
 
 
@@ -56,15 +66,16 @@ def test_wrong_key_fails_loudly_with_offset(tmp_path: Path) -> None:
     _write(p)
     with pytest.raises(WALAuthenticationFailed, match="different key") as info:
         list(scan(p, decryptor=AesGcmEncryptor(OTHER)))
-    assert info.value.offset == 0
+    assert info.value.offset == _header_end(p)
 
 
 def test_tampered_ciphertext_with_recomputed_crc(tmp_path: Path) -> None:
     p = tmp_path / "e.wal"
     _write(p)
     data = bytearray(p.read_bytes())
-    length = struct.unpack_from("<I", data, 4)[0]
-    second = 12 + length
+    first = _header_end(p)
+    length = struct.unpack_from("<I", data, first + 4)[0]
+    second = first + 12 + length
     n2 = struct.unpack_from("<I", data, second + 4)[0]
     data[second + 12 + 20] ^= 0x01  # inside the ciphertext of record 2
     payload = bytes(data[second + 12 : second + 12 + n2])
@@ -80,10 +91,10 @@ def test_damaged_encrypted_frame_is_damage_not_auth_failure(tmp_path: Path) -> N
     p = tmp_path / "e.wal"
     _write(p)
     data = bytearray(p.read_bytes())
-    data[30] ^= 0xFF  # crc now fails: plain disk damage, skipped and reported
+    data[_header_end(p) + 30] ^= 0xFF  # crc now fails: plain disk damage, skipped and reported
     p.write_bytes(bytes(data))
     items = list(scan(p, decryptor=AesGcmEncryptor(KEY)))
-    assert [i.data for i in items if isinstance(i, Record)] == [rec(1), rec(2)]
+    assert [i.data for i in items if isinstance(i, Record) and not i.meta] == [rec(1), rec(2)]
 
 
 def test_env_key_is_used_by_writer_and_reader(
@@ -95,10 +106,10 @@ def test_env_key_is_used_by_writer_and_reader(
     w = WALWriter(p)
     w.append(rec(0))
     w.close()
-    assert p.read_bytes()[:2] == MAGIC
-    assert p.read_bytes()[3] == KIND_ENCRYPTED
-    assert [i.data for i in scan(p) if isinstance(i, Record)] == [rec(0)]
-    assert [getattr(i, "data", i) for i in scan(p, decryptor=AesGcmEncryptor(KEY))] == [rec(0)]
+    first = _header_end(p)
+    assert p.read_bytes()[first : first + 2] == MAGIC
+    assert p.read_bytes()[first + 3] == KIND_ENCRYPTED
+    assert [i.data for i in scan(p) if isinstance(i, Record) and not i.meta] == [rec(0)]
 
 
 def test_no_env_key_means_no_encryptor() -> None:

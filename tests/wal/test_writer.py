@@ -18,7 +18,7 @@ from ._util import rec, wait_until
 def _records(path: str | Path) -> list[dict[str, object]]:
     items = list(scan(path))
     assert not [i for i in items if isinstance(i, Damage)]
-    return [i.data for i in items if isinstance(i, Record)]
+    return [i.data for i in items if isinstance(i, Record) and not i.meta]
 
 
 class GatedIO(WriterIO):
@@ -279,11 +279,14 @@ def test_exclusive_reads_others_and_appends_locked(wal: str, tmp_path: Path) -> 
     b.append(rec(1))
     with a.exclusive() as h:
         items = list(h.read_from(0))
-        assert [i.data for i in items if isinstance(i, Record)] == [rec(0), rec(1)]
+        assert [i.data for i in items if isinstance(i, Record) and not i.meta] == [rec(0), rec(1)]
         end = items[-1].end  # type: ignore[union-attr]
         assert h.size() == end
         h.append_locked([rec(2), rec(3)])
-        assert [i.data for i in h.read_from(end) if isinstance(i, Record)] == [rec(2), rec(3)]
+        assert [i.data for i in h.read_from(end) if isinstance(i, Record) and not i.meta] == [
+            rec(2),
+            rec(3),
+        ]
         assert isinstance(h.leases, LeaseTable)
         with pytest.raises(SagaUsageError):
             a.append(rec(9))
@@ -350,3 +353,29 @@ def test_forked_child_gets_its_own_writer(wal: str) -> None:
     parent.append(rec(3))
     parent.close()
     assert [r["step"] for r in _records(wal)] == [0, 2, 3]
+
+
+@pytest.mark.parametrize("where", ["missing-dir/x.wal", "a-file/x.wal", "a-dir"])
+def test_an_unusable_wal_location_is_a_wal_error_naming_the_path(
+    tmp_path: Path, where: str
+) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    (tmp_path / "a-dir").mkdir()
+    from agent_saga import ActionSemantics, Compensation, register_handler, saga, tool
+    from agent_saga.errors import WALError
+
+    register_handler("noop.undo", lambda **kw: None)
+
+    @tool(
+        semantics=ActionSemantics.COMPENSABLE,
+        compensate=lambda r: Compensation(handler="noop.undo", kwargs={}),
+    )
+    def step() -> int:
+        return 1
+
+    target = tmp_path / where
+    with pytest.raises(WALError) as info, saga("x", wal_path=str(target)):
+        step()
+    assert str(target) in str(info.value)
+    assert "check that" in str(info.value)
+    assert info.value.path == str(target)

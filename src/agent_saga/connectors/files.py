@@ -9,6 +9,10 @@ How undo is made durable:
 
 * New content is put in the WAL's :class:`~agent_saga.wal.snapshots.SnapshotStore`
   first; the tool call logs only its sha256 (file contents never reach the log).
+  The store is encrypted when the log is. When it is not, old and new contents go
+  through the secret scanner first, and a file that looks like it holds a credential
+  is refused (``SecretInKwargs``) before anything is stored or changed: set
+  ``AGENT_SAGA_WAL_KEY`` to edit such files (``docs/secrets.md``).
 * The tool's ``capture`` stores each touched file's old content in the same store and
   logs a pre-image ``{"op", "saga", "wal", "targets": [{"path", "existed", "mode",
   "sha256", "expected"}]}`` with the intent, before the file is touched.
@@ -44,6 +48,8 @@ from .. import (
     NoActiveSaga,
     Resolution,
     SagaUsageError,
+    SecretInKwargs,
+    assert_no_secrets,
     current_saga,
     register_handler,
     tool,
@@ -163,7 +169,9 @@ def capture_preimage(
     if st is None:
         return {"path": path, "existed": False, "mode": None, "sha256": None, "expected": expected}
     with open(path, "rb") as f:
-        digest = store.put(saga_id, f.read())
+        content = f.read()
+    _refuse_plaintext_secret(store, content, f"the current content of {path}")
+    digest = store.put(saga_id, content)
     return {
         "path": path,
         "existed": True,
@@ -171,6 +179,22 @@ def capture_preimage(
         "sha256": digest,
         "expected": expected,
     }
+
+
+def _refuse_plaintext_secret(store: SnapshotStore, content: bytes, what: str) -> None:
+    """Refuse to keep a credential-looking file content in a plaintext snapshot store."""
+    if store.encryptor is not None:
+        return  # sealed at rest with the log's key
+    try:
+        assert_no_secrets(content.decode("utf-8", errors="replace"), path=what)
+    except SecretInKwargs as exc:
+        raise SecretInKwargs(
+            f"{exc}; file contents are kept beside the WAL as snapshots, and this log is "
+            "not encrypted: set AGENT_SAGA_WAL_KEY to edit files holding credentials "
+            "(nothing was changed)",
+            path=exc.path,
+            kind=exc.kind,
+        ) from None
 
 
 def restore(preimage: Mapping[str, Any], *, idempotency_key: str | None = None) -> None:
@@ -277,7 +301,7 @@ def _context() -> tuple[str, SnapshotStore, str]:
     scope = current_saga()
     if scope is None:
         raise NoActiveSaga("file tools must run inside a saga(...) so they can be undone")
-    return scope.id, SnapshotStore(scope.wal_path), scope.wal_path
+    return scope.id, SnapshotStore(scope.wal_path, encryptor=scope.encryptor), scope.wal_path
 
 
 def _preimage(op: str, targets: list[tuple[str, str | None]]) -> dict[str, Any]:
@@ -365,7 +389,9 @@ def _move(src: str, dst: str) -> str:
 
 def _staged(content: str | bytes) -> str:
     saga_id, store, _ = _context()
-    return store.put(saga_id, _bytes(content))
+    data = _bytes(content)
+    _refuse_plaintext_secret(store, data, "the new content")
+    return store.put(saga_id, data)
 
 
 def write_file(path: str | os.PathLike[str], content: str | bytes) -> Any:

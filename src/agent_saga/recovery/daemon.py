@@ -36,12 +36,7 @@ from typing import Any
 
 from .._runtime import drive_sync
 from .._types import Compensation, RetryPolicy
-from .._undo import (
-    Target,
-    escalate,
-    resolve_unknown,
-    undo_compensation,
-)
+from .._undo import StepFacts, Target, escalate, undo_durable_step
 from ..wal import records as R
 from ..wal.lease import LeaseTable, sidecar_dir
 from ..wal.reader import Damage, Record, scan
@@ -297,7 +292,15 @@ class RecoveryDaemon:
         assert view is not None
         escalated = bool(view.escalations)
         damaged_at = self._damaged(view)
-        for step in self._fold.unwind_order(saga_id):
+        if view.owner and LeaseTable(self.wal_path).is_released(view.owner):
+            # An owner that closed its writer cleanly cannot have left a saga open:
+            # its last record was lost (a lost write, a restore from a lagging copy).
+            # The saga may well have committed; undoing it would be a guess.
+            self._inconsistent(saga_id, view.owner)
+            escalated, pending = True, []
+        else:
+            pending = self._fold.unwind_order(saga_id)
+        for step in pending:
             if self._stop.is_set():
                 return  # the claim expires; another pass finishes the saga
             if not self._still_ours(saga_id, fence):
@@ -323,6 +326,17 @@ class RecoveryDaemon:
         self._report.finished += 1
         self._emit("finished", saga=saga_id, outcome=outcome)
 
+    def _inconsistent(self, saga_id: str, owner: str) -> None:
+        reason = (
+            f"the owner of this saga ({owner}) ended cleanly (its lease was released), yet "
+            "the log has no saga_end for it: a record was lost (a lost write, or a restore "
+            "from a lagging copy). Nothing was compensated: the saga may have committed. "
+            "Check what it did (`agent-saga runs --json`) and resolve this by hand"
+        )
+        drive_sync(escalate(saga_id, None, reason, self.id), self)
+        self._report.escalated += 1
+        self._emit("inconsistent", saga=saga_id, owner=owner)
+
     def _undo(self, saga_id: str, step: StepView, damaged_at: int | None) -> str:
         t = Target(
             saga_id,
@@ -334,7 +348,6 @@ class RecoveryDaemon:
             preimage=step.preimage,
             idempotency_key=step.idempotency_key or "",
         )
-        committed = "committed" in step.attempt_states.values()
         if damaged_at is not None:
             reason = (
                 f"the log is damaged at offset {damaged_at}, where a record of this saga may "
@@ -342,19 +355,10 @@ class RecoveryDaemon:
             )
             drive_sync(escalate(saga_id, step.step, reason, self.id), self)
             outcome, error = "escalated", None
-        elif not committed:
-            outcome, error = drive_sync(resolve_unknown(t, self.retry), self)
-        elif step.semantics == "irreversible":
-            reason = f"IRREVERSIBLE step {t.tool!r} of a dead process cannot be undone"
-            drive_sync(escalate(saga_id, step.step, reason, self.id), self)
-            outcome, error = "escalated", None
-        elif step.handler is None:
-            reason = f"no durable compensation recorded for {t.tool!r} (no handler name)"
-            drive_sync(escalate(saga_id, step.step, reason, self.id), self)
-            outcome, error = "escalated", None
         else:
-            comp = Compensation(handler=step.handler, kwargs=step.compensation_kwargs or {})
-            outcome, error = drive_sync(undo_compensation(t, comp, self.retry), self)
+            # The same decision the agent would have made in-process, from the log.
+            result = drive_sync(undo_durable_step(_facts(t, step), self.retry), self)
+            outcome, error = result.outcome, result.error
         if outcome == "compensated":
             self._report.compensated += 1
         elif outcome == "no_effect":
@@ -370,3 +374,20 @@ class RecoveryDaemon:
             **({"error": type(error).__name__} if error is not None else {}),
         )
         return outcome
+
+
+def _facts(t: Target, step: StepView) -> StepFacts:
+    """What the log says about a step, in the terms the shared undo decides on."""
+    committed = "committed" in step.attempt_states.values()
+    compensation = None
+    if step.handler is not None:
+        compensation = Compensation(handler=step.handler, kwargs=step.compensation_kwargs or {})
+    return StepFacts(
+        t,
+        step.semantics or "compensable",
+        committed=committed,
+        compensation=compensation,
+        problem=step.invalid or (None if compensation else "no handler name was recorded"),
+        unknown_attempts=step.unknown_attempts if committed else (),
+        idempotent=step.idempotent,
+    )

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import SagaUsageError
 from ..gate import current_user
+from ..secrets import redact
 from ..wal import records as R
 from ..wal.state import EscalationView, fold_file
 from ..wal.writer import open_writer
@@ -61,7 +62,7 @@ def resolve_escalation(
         {
             "type": R.ESCALATION_RESOLVED,
             "escalation": escalation,
-            "note": note,
+            "note": redact(note),  # a human may paste a credential into a note
             "by": who,
             "ts": time.time(),
         }

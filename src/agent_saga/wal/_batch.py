@@ -51,6 +51,7 @@ class WriterStats:
         fsyncs: Successful fsyncs.
         bytes_written: Bytes written in successful batches.
         failed_batches: Batches whose write or fsync failed, or that were fenced.
+        tail_repairs: Torn tails this writer cut off before appending.
     """
 
     records_written: int = 0
@@ -58,6 +59,7 @@ class WriterStats:
     fsyncs: int = 0
     bytes_written: int = 0
     failed_batches: int = 0
+    tail_repairs: int = 0
 
 
 class _Batch:

@@ -13,6 +13,7 @@ imported only when an encryptor is built, so the core stays dependency-free.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 from typing import Any, Final
 
@@ -49,7 +50,7 @@ class AesGcmEncryptor:
         SagaUsageError: the key is not 32 bytes, or ``cryptography`` is missing.
     """
 
-    __slots__ = ("_aead", "_key_id")
+    __slots__ = ("_aead", "_key_id", "_name_key")
 
     def __init__(self, key: bytes) -> None:
         if len(key) != 32:
@@ -63,6 +64,21 @@ class AesGcmEncryptor:
             ) from None
         self._aead: Any = AESGCM(key)
         self._key_id = key_id(key)
+        self._name_key = hashlib.sha256(b"agent-saga/snapshot-names/v1" + key).digest()
+
+    def keyed_name(self, digest: str) -> str:
+        """Return the file name of an encrypted snapshot whose content hashes to ``digest``.
+
+        A keyed hash, so that the names in the snapshot store do not let anyone
+        with the disk but without the key confirm a guess of a file's content.
+
+        Args:
+            digest: The content's sha256 hex digest.
+
+        Returns:
+            64 hex digits.
+        """
+        return hmac.new(self._name_key, digest.encode("ascii"), hashlib.sha256).hexdigest()
 
     def encrypt(self, plaintext: bytes) -> bytes:
         """Seal one record.

@@ -74,8 +74,7 @@ class ExclusiveHandle:
         with w._io_lock:
             w._ensure_lease_locked()
             try:
-                w._reopen_if_replaced()
-                w._write_all(data)
+                w._write_locked(data)
                 w._io.fsync(w._fd)
             except Exception as exc:
                 w.stats.failed_batches += 1

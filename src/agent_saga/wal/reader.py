@@ -16,6 +16,7 @@ from typing import IO, Any, Literal, Protocol
 from ..errors import WALKeyMissing
 from .format import (
     HEADER_SIZE,
+    KIND_ENCRYPTED,
     KIND_PLAIN,
     MAGIC,
     check_header,
@@ -23,6 +24,7 @@ from .format import (
     frame_crc_ok,
     header_prefix_plausible,
 )
+from .records import LOG_HEADER, META_TYPES, TAIL_REPAIRED
 
 __all__ = ["Damage", "Decryptor", "Record", "VerifyReport", "scan", "verify"]
 
@@ -53,11 +55,18 @@ class Record:
         offset: Byte offset of the frame's first byte.
         end: Byte offset just past the frame (where the next frame starts).
         data: The decoded record (a JSON object with a string ``type``).
+        kind: The frame's kind (``KIND_PLAIN`` or ``KIND_ENCRYPTED``).
     """
 
     offset: int
     end: int
     data: dict[str, Any]
+    kind: int = KIND_PLAIN
+
+    @property
+    def meta(self) -> bool:
+        """True for records about the file itself (``log_header``, ``tail_repaired``)."""
+        return self.data["type"] in META_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +94,13 @@ class VerifyReport:
     Attributes:
         path: The file checked.
         size: Its size in bytes (0 when missing).
-        records: How many valid records it holds.
+        records: How many valid saga records it holds (the log's own ``log_header``
+            and ``tail_repaired`` records are not counted here, only in ``by_type``).
         by_type: Valid records counted per ``type``.
         damages: Every damaged region, in file order.
+        repairs: The ``tail_repaired`` records: torn tails writers cut off after a
+            crash (routine, not damage).
+        encrypted: Whether the log is encrypted (None when it holds no valid frame).
     """
 
     path: str
@@ -95,6 +108,8 @@ class VerifyReport:
     records: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
     damages: list[Damage] = field(default_factory=list)
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+    encrypted: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -198,7 +213,9 @@ def _scan_file(
             if damage_start is not None:
                 yield Damage(damage_start, pos - damage_start, "corrupt", damage_detail)
                 damage_start, torn_at = None, None
+            kind = KIND_PLAIN
             if data is None:
+                kind = KIND_ENCRYPTED
                 if decryptor is None:
                     decryptor = _env_decryptor(path, pos)
                 blob = w.get(pos + HEADER_SIZE, end)
@@ -209,7 +226,7 @@ def _scan_file(
                 yield Damage(pos, end - pos, "corrupt", data)
             else:
                 assert isinstance(data, dict)
-                yield Record(pos, end, data)
+                yield Record(pos, end, data, kind)
             pos = end
             continue
         if damage_start is None:
@@ -222,12 +239,27 @@ def _scan_file(
         pos = nxt
     # Only an open damaged region ends the loop, and find_magic saw end of file.
     eof = w.end()
+    if torn_at is None and _zeros(f, damage_start, eof):
+        # Only zeros to the end: a file size that reached the disk before its data.
+        yield Damage(damage_start, eof - damage_start, "torn_tail", "zeros at end of file")
+        return
     if torn_at is None:
         yield Damage(damage_start, eof - damage_start, "corrupt", damage_detail)
         return
     if torn_at > damage_start:
         yield Damage(damage_start, torn_at - damage_start, "corrupt", damage_detail)
     yield Damage(torn_at, eof - torn_at, "torn_tail", "incomplete frame at end of file")
+
+
+def _zeros(f: IO[bytes], start: int, end: int) -> bool:
+    f.seek(start)
+    pos = start
+    while pos < end:
+        chunk = f.read(min(_CHUNK, end - pos))
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        pos += len(chunk)
+    return True
 
 
 def _frame_at(w: _Window, pos: int) -> tuple[int, int, str, dict[str, Any] | str | None]:
@@ -290,9 +322,16 @@ def verify(path: str | os.PathLike[str], decryptor: Decryptor | None = None) -> 
         return report
     for item in scan(path, decryptor=decryptor):
         if isinstance(item, Record):
-            report.records += 1
             t = item.data["type"]
             report.by_type[t] = report.by_type.get(t, 0) + 1
+            if t == TAIL_REPAIRED:
+                report.repairs.append(item.data)
+            elif t == LOG_HEADER:
+                report.encrypted = item.data.get("encryption") is not None
+            if not item.meta:
+                report.records += 1
+                if report.encrypted is None:
+                    report.encrypted = item.kind == KIND_ENCRYPTED
         else:
             report.damages.append(item)
     return report

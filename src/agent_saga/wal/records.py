@@ -26,6 +26,11 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
                         (wall-clock seconds), by — a durable approval queue asks a human
 ``approval_decided``    request, saga, decision ("approved"|"denied"), by, note — the
                         first decision for a request wins; later ones are ignored
+``escalation_retry``    escalation, saga, step, note, by — an operator asks recovery
+                        to try an escalated step again once its cause is fixed
+``log_header``          format, log, created, encryption, key_id, key_check — the
+                        first frame of a log: its encryption mode (always plaintext)
+``tail_repaired``       offset, length, sha256, saved, by — a writer cut a torn tail
 
 ``saga_end`` is the only terminal record: a saga with one never needs work again.
 Step numbers are unique within a saga and given in the order steps *start*; the
@@ -50,12 +55,16 @@ __all__ = [
     "COMPENSATION_FAILED",
     "ESCALATED",
     "ESCALATION_RESOLVED",
+    "ESCALATION_RETRY",
     "FORWARD_FAILED",
     "GATE",
     "INTENT",
+    "LOG_HEADER",
+    "META_TYPES",
     "RECORD_TYPES",
     "SAGA_BEGIN",
     "SAGA_END",
+    "TAIL_REPAIRED",
     "TERMINAL_OUTCOMES",
     "approval_id",
     "idempotency_key",
@@ -76,6 +85,9 @@ CLAIM: Final = "claim"
 SAGA_END: Final = "saga_end"
 APPROVAL_REQUESTED: Final = "approval_requested"
 APPROVAL_DECIDED: Final = "approval_decided"
+ESCALATION_RETRY: Final = "escalation_retry"
+LOG_HEADER: Final = "log_header"
+TAIL_REPAIRED: Final = "tail_repaired"
 
 RECORD_TYPES: Final = frozenset(
     {
@@ -93,8 +105,14 @@ RECORD_TYPES: Final = frozenset(
         SAGA_END,
         APPROVAL_REQUESTED,
         APPROVAL_DECIDED,
+        ESCALATION_RETRY,
+        LOG_HEADER,
+        TAIL_REPAIRED,
     }
 )
+
+#: Records about the log file itself rather than a saga (``docs/log-format.md`` §1, §8).
+META_TYPES: Final = frozenset({LOG_HEADER, TAIL_REPAIRED})
 
 TERMINAL_OUTCOMES: Final = frozenset({"committed", "rolled_back", "escalated"})
 

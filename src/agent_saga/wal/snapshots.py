@@ -22,6 +22,14 @@ Because such a directory is not provably terminal, it is deleted only when the
 caller opts in with ``orphan_seconds`` and every file in it is older than that.
 Compaction removes the snapshots of the sagas it drops, so unknown directories do
 not pile up after compaction.
+
+Encryption (``docs/log-format.md`` §10): when the log is encrypted, blobs are sealed
+with the log's encryptor — the sealed plaintext is ``b"agent-saga/snapshot/v1"``,
+the 32-byte digest, then the content, so a blob cannot be swapped for another — and
+named by a keyed hash of the digest (``AesGcmEncryptor.keyed_name``) instead of the
+digest itself. The store follows the log's mode rule: no key for an encrypted log
+raises ``WALKeyMissing``; a key for a plaintext log raises ``WALEncryptionMismatch``.
+Plaintext blobs stored before the log was encrypted are still found and read.
 """
 
 from __future__ import annotations
@@ -35,13 +43,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from ..errors import SagaError, SagaUsageError
+from ..errors import SagaError, SagaUsageError, WALAuthenticationFailed
+from .format import Encryptor
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reader import Decryptor
     from .state import SagaFold
+
+_SEAL: Final = b"agent-saga/snapshot/v1"
 
 __all__ = [
     "GcReport",
@@ -125,37 +136,87 @@ def _is_digest(value: str) -> bool:
     return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
+def _log_encryptor(wal_path: str, given: Encryptor | None) -> Encryptor | None:
+    """The encryptor the log's snapshots use, checked against the log's mode."""
+    from .encryption import encryptor_from_env
+    from .tail import check_mode, read_mode
+    from .writer import encryptor_of_open_writer
+
+    enc = given
+    if enc is None:
+        found, enc = encryptor_of_open_writer(wal_path)
+        if not found:
+            enc = encryptor_from_env()
+    try:
+        fd = os.open(wal_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return enc  # no log yet: its first writer writes the header in the same mode
+    try:
+        check_mode(read_mode(fd), enc, wal_path)
+    finally:
+        os.close(fd)
+    return enc
+
+
 class SnapshotStore:
     """Snapshot blobs beside a WAL, in ``<wal>.d/snapshots/``.
 
     Args:
         wal_path: The WAL the snapshots belong to.
+        encryptor: Seals the blobs; default: the encryptor of this process's open
+            writer for the WAL, else the ``AGENT_SAGA_WAL_KEY`` key if set. It must
+            match the log's mode (checked on first use).
     """
 
-    def __init__(self, wal_path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, wal_path: str | os.PathLike[str], *, encryptor: Encryptor | None = None
+    ) -> None:
         self.wal_path = os.fspath(wal_path)
         self.root = Path(self.wal_path + ".d") / "snapshots"
+        self._given = encryptor
+        self._resolved = False
+        self._enc: Encryptor | None = None
+
+    @property
+    def encryptor(self) -> Encryptor | None:
+        """The encryptor in use (None for a plaintext log), resolved on first use.
+
+        Raises:
+            WALKeyMissing: The log is encrypted and no key is configured.
+            WALAuthenticationFailed: The log is encrypted with another key.
+            WALEncryptionMismatch: A key is configured but the log is plaintext.
+        """
+        if not self._resolved:
+            self._enc = _log_encryptor(self.wal_path, self._given)
+            self._resolved = True
+        return self._enc
 
     def _dir(self, saga_id: str) -> Path:
         _check_component(saga_id, "saga id")
         return self.root / saga_id
 
+    def _plain_path(self, saga_id: str, digest: str) -> Path:
+        if not _is_digest(digest):
+            raise SagaUsageError(f"{digest!r} is not a sha256 hex digest")
+        return self._dir(saga_id) / digest
+
     def path_of(self, saga_id: str, digest: str) -> Path:
-        """Return where the snapshot ``digest`` of ``saga_id`` lives.
+        """Return where the snapshot ``digest`` of ``saga_id`` is stored (in this mode).
 
         Args:
             saga_id: The saga.
             digest: A sha256 hex digest.
 
         Returns:
-            The file path (which may not exist).
+            The file path (which may not exist): the digest itself for a plaintext
+            log, a keyed name for an encrypted one.
 
         Raises:
             SagaUsageError: ``saga_id`` or ``digest`` is not a safe file name.
         """
-        if not _is_digest(digest):
-            raise SagaUsageError(f"{digest!r} is not a sha256 hex digest")
-        return self._dir(saga_id) / digest
+        plain = self._plain_path(saga_id, digest)
+        name = getattr(self.encryptor, "keyed_name", None)
+        return plain if name is None else plain.with_name(name(digest))
 
     def _ensure_dirs(self, d: Path) -> None:
         created: list[Path] = []
@@ -189,6 +250,9 @@ class SnapshotStore:
                 return digest
             except SnapshotCorrupted:
                 pass  # rewrite a damaged copy with the good bytes
+        enc = self.encryptor
+        if enc is not None:
+            data = enc.encrypt(_SEAL + bytes.fromhex(digest) + data)
         self._ensure_dirs(target.parent)
         tmp = target.parent / f".tmp-{secrets.token_hex(8)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -219,10 +283,16 @@ class SnapshotStore:
 
         Raises:
             SnapshotMissing: There is no such snapshot.
-            SnapshotCorrupted: The stored bytes do not match the digest.
+            SnapshotCorrupted: The stored bytes do not match the digest, or an
+                encrypted blob failed authentication.
             SagaUsageError: ``saga_id`` or ``digest`` is not a safe file name.
+            WALKeyMissing: The log is encrypted and no key is configured.
         """
         path = self.path_of(saga_id, digest)
+        enc = self.encryptor
+        if enc is not None and path.is_file():
+            return self._open_sealed(enc, path, saga_id, digest)
+        path = self._plain_path(saga_id, digest)  # plaintext (stored before encryption)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -240,6 +310,25 @@ class SnapshotStore:
                 digest=digest,
                 path=str(path),
             )
+        return data
+
+    def _open_sealed(self, enc: Encryptor, path: Path, saga_id: str, digest: str) -> bytes:
+        def corrupted(why: str) -> SnapshotCorrupted:
+            return SnapshotCorrupted(
+                f"encrypted snapshot {digest[:12]}… of saga {saga_id} {why}",
+                saga_id=saga_id,
+                digest=digest,
+                path=str(path),
+            )
+
+        try:
+            plain = enc.decrypt(path.read_bytes(), offset=0)
+        except WALAuthenticationFailed:
+            raise corrupted("failed authentication (wrong key, or altered)") from None
+        head = _SEAL + bytes.fromhex(digest)
+        data = plain[len(head) :]
+        if not plain.startswith(head) or hashlib.sha256(data).hexdigest() != digest:
+            raise corrupted("does not match its hash")
         return data
 
     def saga_ids(self) -> Iterator[str]:

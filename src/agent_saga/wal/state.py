@@ -161,6 +161,15 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
         "by": _any,
         "note": _any,
     },
+    r.ESCALATION_RETRY: {
+        "escalation": _str,
+        "saga": _str,
+        "step": _opt_int,
+        "note": _any,
+        "by": _any,
+    },
+    r.LOG_HEADER: {"format": _is_int},
+    r.TAIL_REPAIRED: {"offset": _is_int, "length": _is_int, "by": _any},
 }
 _OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
     r.INTENT: {"resolver": _opt_str},
@@ -204,6 +213,7 @@ class SagaFold:
         anomalies: Up to :data:`MAX_ANOMALIES` records the fold could not use.
         anomaly_count: How many there were in total.
         damages: Damage reports passed to :meth:`feed`.
+        repairs: ``tail_repaired`` records: torn tails a writer cut off (not damage).
         position: End offset of the last record fed through :meth:`feed` (where to
             resume a scan).
     """
@@ -219,6 +229,7 @@ class SagaFold:
         self.anomalies: list[Anomaly] = []
         self.anomaly_count = 0
         self.damages: list[Damage] = []
+        self.repairs: list[dict[str, Any]] = []
         self.position = 0
 
     # -- feeding ------------------------------------------------------------------
@@ -309,6 +320,7 @@ class SagaFold:
         s.tool, s.semantics, s.kwargs = rec["tool"], rec["semantics"], rec["kwargs"]
         s.idempotency_key = rec["idempotency_key"]
         s.resolver = rec.get("resolver")
+        s.idempotent = rec.get("idempotent") is True
         if s.gate_decision is None and rec.get("approved_by"):
             s.gate_decision = "approved"  # an automatic approval has no gate record
         if "preimage" in rec:
@@ -321,6 +333,8 @@ class SagaFold:
     def _committed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         s = self._step(v, rec, off)
         s.handler, s.compensation_kwargs, s.token = rec["handler"], rec["kwargs"], rec["token"]
+        invalid = rec.get("invalid")
+        s.invalid = invalid if isinstance(invalid, str) else None
         s.attempt_states[rec["attempt"]], s.attempt_offsets[rec["attempt"]] = "committed", off
         if s.order is None:
             s.order, v._finished = v._finished, v._finished + 1
@@ -424,6 +438,14 @@ class SagaFold:
         ids = self._saga_approvals.setdefault(saga_id, [])
         if rid not in ids:
             ids.append(rid)
+
+    def _retry(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        pass  # filled in below
+
+    def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
+        if rec["type"] == r.TAIL_REPAIRED:
+            self.repairs.append(dict(rec))
 
     def _approval_decided(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         a = self._approvals.get(rec["request"])
@@ -605,6 +627,9 @@ _UNSCOPED: Final = {
     r.ESCALATION_RESOLVED: SagaFold._resolve,
     r.APPROVAL_REQUESTED: SagaFold._approval_requested,
     r.APPROVAL_DECIDED: SagaFold._approval_decided,
+    r.ESCALATION_RETRY: SagaFold._retry,
+    r.LOG_HEADER: SagaFold._log_meta,
+    r.TAIL_REPAIRED: SagaFold._log_meta,
 }
 assert set(_APPLY) | set(_UNSCOPED) == r.RECORD_TYPES
 assert not set(_APPLY) & set(_UNSCOPED)

@@ -123,6 +123,9 @@ class StepView:
             order); None until it committed.
         attempt_states: Per attempt: ``intent``, ``committed``, ``no_effect``, ``unknown``.
         final_failure: The last ``compensation_failed`` had ``final: true``.
+        idempotent: The intent says the tool's service dedupes by idempotency key
+            (False for records written before the field existed: fail closed).
+        invalid: Why the compensation recorded with ``committed`` is not valid.
     """
 
     step: int
@@ -143,6 +146,8 @@ class StepView:
     final_failure: bool = False
     escalation: str | None = None
     compensated_by: str | None = None
+    idempotent: bool = False
+    invalid: str | None = None
     attempt_states: dict[int, str] = field(default_factory=dict)
     attempt_offsets: dict[int, int] = field(default_factory=dict)
     first_offset: int = 0
@@ -156,6 +161,11 @@ class StepView:
             if candidate in states:
                 return candidate
         return "no_effect"
+
+    @property
+    def unknown_attempts(self) -> list[int]:
+        """Attempts that may have landed without a ``committed`` record, oldest first."""
+        return sorted(a for a, st in self.attempt_states.items() if st in ("unknown", "intent"))
 
     @property
     def unwind_offset(self) -> int | None:

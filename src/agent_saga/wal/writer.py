@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -25,13 +26,14 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from .._crash import crashpoint
-from ..errors import LeaseLost, SagaUsageError, WALFull, WALWriteFailed
+from .._crash import crashpoint, is_armed
+from ..errors import LeaseLost, SagaUsageError, WALError, WALFull, WALWriteFailed
 from ._batch import WriterIO, WriterStats, _Batch, _fresh, _resolve
 from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
 from .records import ESCALATED
+from .tail import check_mode, find_end, header_record, read_mode, repair_record, repair_torn_tail
 
 __all__ = [
     "Backpressure",
@@ -39,6 +41,7 @@ __all__ = [
     "WALWriter",
     "WriterIO",
     "WriterStats",
+    "encryptor_of_open_writer",
     "open_writer",
 ]
 
@@ -60,7 +63,11 @@ class WALWriter:
 
     Raises:
         SagaUsageError: an argument is invalid.
-        OSError: the WAL or its sidecar directory cannot be created.
+        WALError: the WAL or its sidecar directory cannot be created or opened (the
+            message names the path and the reason).
+        WALKeyMissing: the log is encrypted and no key is configured.
+        WALAuthenticationFailed: the log is encrypted with another key.
+        WALEncryptionMismatch: a key is configured but the log is plaintext.
 
     Attributes:
         path: Absolute WAL path.
@@ -118,14 +125,35 @@ class WALWriter:
         self._unreported: BaseException | None = None
         self._exclusive_thread: int | None = None
 
-        self._plock = ProcessLock(self.path)
         self._io_lock = threading.Lock()  # guards self._fd between flusher and exclusive()
         self._lease = OwnLease(self.path, self.owner, lease_seconds)
-        with self._plock:
-            start = time.monotonic()
-            self._lease.write_live()  # before any record: no lease file = dead owner
-            self._deadline = start + lease_seconds - self._margin
-        self._fd = self._open()
+        # End of valid data as of this writer's last write, under the lock: when the
+        # file's size still equals it, nobody else wrote since (docs/log-format.md §5).
+        self._known_end: int | None = None
+        self._fd = -1
+        try:
+            parent = os.path.dirname(self.path)
+            if not os.path.isdir(parent):
+                # Never create a mistyped location's directories: say so instead.
+                raise FileNotFoundError(errno.ENOENT, "its directory does not exist", parent)
+            self._plock = ProcessLock(self.path)
+            with self._plock:
+                self._attach_locked()  # the mode rule: refuse before writing anything
+                start = time.monotonic()
+                self._lease.write_live()  # before any record: no lease file = dead owner
+                self._deadline = start + lease_seconds - self._margin
+        except OSError as exc:
+            if self._fd >= 0:
+                os.close(self._fd)
+            raise WALError(
+                f"cannot open the WAL at {self.path}: {exc.strerror or exc}; check that "
+                "its directory exists and is writable (--wal-path / AGENT_SAGA_WAL_PATH)",
+                path=self.path,
+            ) from exc
+        except BaseException:
+            if self._fd >= 0:
+                os.close(self._fd)
+            raise
 
         self._stop = threading.Event()
         self._flusher = threading.Thread(
@@ -234,8 +262,7 @@ class WALWriter:
         data = encode_record(record, self._encryptor)
         try:
             with self._plock, self._io_lock:
-                self._reopen_if_replaced()
-                self._write_all(data)
+                self._write_locked(data)
                 self._io.fsync(self._fd)
         except OSError as exc:
             raise WALWriteFailed(
@@ -500,9 +527,8 @@ class WALWriter:
             self._io_lock.acquire()
             try:
                 self._ensure_lease_locked()
-                self._reopen_if_replaced()
                 crashpoint("wal.before_write")
-                self._write_all(data)
+                self._write_locked(data)
                 crashpoint("wal.after_write")
                 # Other processes may append while we fsync: fsync covers our bytes either way.
                 self._plock.release()
@@ -551,14 +577,94 @@ class WALWriter:
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
+        if is_armed("wal.mid_write") and len(view) > 1:
+            # Crash tests: die with half of the batch written (a torn write).
+            view = view[self._io.write(self._fd, view[: len(view) // 2]) :]
+            crashpoint("wal.mid_write")
         while view:
             n = self._io.write(self._fd, view)
             if n <= 0:
                 raise OSError(f"write returned {n}")
             view = view[n:]
 
+    def _write_locked(self, data: bytes) -> None:
+        """Append ``data`` at the end of valid data (called holding the process lock).
+
+        A write that fails part-way is cut back off, so a failed batch never leaves a
+        partial frame for later batches to bury mid-file (docs/log-format.md §3).
+        """
+        data = self._prepare_append_locked() + data
+        start = self._known_end
+        try:
+            self._write_all(data)
+        except BaseException:
+            try:
+                if start is None:
+                    raise OSError("no known end")
+                os.ftruncate(self._fd, start)
+            except OSError:
+                self._known_end = None  # the next writer's tail check repairs it
+            raise
+        self._known_end = None if start is None else start + len(data)
+
+    def _prepare_append_locked(self) -> bytes:
+        """Find where to append; return frames that must go first (a repair record).
+
+        Called holding the process lock. One ``fstat`` tells both whether compaction
+        or a migration replaced the file (our inode lost its last link) and whether
+        anyone appended since our last write (the size moved).
+        """
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0 and self._replaced():
+            self._attach_locked()
+            st = os.fstat(self._fd)
+        if st.st_size == self._known_end:
+            return b""
+        return self._check_tail_locked()
+
+    def _check_tail_locked(self) -> bytes:
+        tail = find_end(self._fd, start=self._known_end)
+        prefix = b""
+        if tail.kind == "torn":
+            removed, saved = repair_torn_tail(self._fd, self.path, tail)
+            self.stats.tail_repairs += 1
+            prefix = encode_record(repair_record(tail, removed, saved, self.owner), self._encryptor)
+        self._known_end = tail.append_at
+        return prefix
+
+    def _attach_locked(self) -> None:
+        """(Re)open the path and apply the mode rule before anything is written.
+
+        Called holding the process lock, at start and after the file was replaced.
+        A log with no valid frame yet gets its header now, fsynced: its mode is fixed
+        before any other writer can look.
+        """
+        fd = self._open()
+        try:
+            mode = read_mode(fd)
+            check_mode(mode, self._encryptor, self.path)
+        except BaseException:
+            os.close(fd)
+            raise
+        old, self._fd, self._known_end = self._fd, fd, None
+        if old >= 0:
+            os.close(old)
+        if mode.encrypted is None:
+            # Not through the test seam (self._io): opening a log is not a batch.
+            data = memoryview(header_record(self._encryptor) + self._check_tail_locked())
+            while data:
+                data = data[os.write(self._fd, data) :]
+            os.fsync(self._fd)
+            self._known_end = os.fstat(self._fd).st_size
+
+    def _replaced(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino != os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return True
+
     def _open(self) -> int:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
         try:
             fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
@@ -570,21 +676,6 @@ class WALWriter:
         finally:
             os.close(dfd)
         return fd
-
-    def _reopen_if_replaced(self) -> None:
-        # Called holding the process lock: compaction replaces the file only under it.
-        # Renaming the compacted file over the path unlinks our inode, so one fstat
-        # (no path lookup) tells: a link count of 0 means the path names another file.
-        if os.fstat(self._fd).st_nlink > 0:
-            return
-        try:
-            same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:
-            old = self._fd
-            self._fd = self._open()
-            os.close(old)
 
     def _ensure_lease_locked(self) -> None:
         # Called holding the process lock, before every write.
@@ -668,6 +759,19 @@ def open_writer(
             )
             _registry[key] = w
         return w
+
+
+def encryptor_of_open_writer(path: str | os.PathLike[str]) -> tuple[bool, Encryptor | None]:
+    """Return ``(found, encryptor)`` of this process's open writer for ``path``.
+
+    Lets what lives beside a log (the snapshot store) use the same key as the
+    log's writer, also when the key was passed in code rather than by environment.
+    """
+    with _registry_lock:
+        w = _registry.get(os.path.realpath(path))
+    if w is None or w._closed:
+        return False, None
+    return True, w._encryptor
 
 
 def _forget(writer: WALWriter) -> None:

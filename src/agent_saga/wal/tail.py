@@ -1,0 +1,352 @@
+"""The end of a log: where valid data ends, torn tails, and the log's encryption mode.
+
+Writers call these holding the append lock, on their own descriptor, before they
+append (``docs/log-format.md`` §1 "The log header", §8 "Repairing a torn tail"):
+
+* :func:`find_end` follows valid frames from a known frame boundary (or finds one
+  near the end of the file) and classifies what follows the last valid frame:
+  nothing, a **torn tail** (an incomplete final frame, or zeros — the signature of a
+  crash mid-write, safe to cut), or **damage** (anything else — never cut).
+* :func:`repair_torn_tail` saves a torn tail's bytes beside the log and truncates it.
+* :func:`read_mode` tells whether a log is plaintext or encrypted (header, or the
+  kind of its first valid frame for logs written before headers existed), and
+  :func:`check_mode` applies the mode rule to a writer's encryptor.
+
+Only ``os.pread`` on the caller's descriptor: no buffering that could go stale
+while other processes append.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from ..errors import WALAuthenticationFailed, WALEncryptionMismatch, WALKeyMissing
+from .format import (
+    HEADER_SIZE,
+    KIND_ENCRYPTED,
+    KIND_PLAIN,
+    MAGIC,
+    MAX_PAYLOAD,
+    Encryptor,
+    check_header,
+    decode_payload,
+    encode_record,
+    frame_crc_ok,
+    header_prefix_plausible,
+)
+from .records import LOG_HEADER, TAIL_REPAIRED
+
+__all__ = [
+    "KEY_CHECK",
+    "LogMode",
+    "TailState",
+    "check_mode",
+    "find_end",
+    "header_record",
+    "read_mode",
+    "repair_record",
+    "repair_torn_tail",
+]
+
+#: The constant whose envelope (``key_check``) proves a writer holds the log's key.
+KEY_CHECK: Final = b"agent-saga/wal/key-check/v1"
+_WINDOWS: Final = (64 * 1024, 1024 * 1024, MAX_PAYLOAD + HEADER_SIZE + 1)
+_ZERO_CHUNK: Final = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class TailState:
+    """What follows the last valid frame of a log.
+
+    Attributes:
+        end: Offset just past the last valid frame (where a torn tail starts).
+        size: The file's size when looked at.
+        kind: ``"clean"`` (``end == size``), ``"torn"`` (``[end, size)`` is an
+            incomplete final frame or zeros: cut it) or ``"damage"`` (leave it).
+    """
+
+    end: int
+    size: int
+    kind: Literal["clean", "torn", "damage"]
+
+    @property
+    def append_at(self) -> int:
+        """Where the next frame goes once a torn tail is cut (after damage otherwise)."""
+        return self.end if self.kind == "torn" else self.size
+
+
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = os.pread(fd, n - len(out), offset + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def _all_zero(fd: int, start: int, end: int) -> bool:
+    pos = start
+    while pos < end:
+        chunk = _pread(fd, min(_ZERO_CHUNK, end - pos), pos)
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        pos += len(chunk)
+    return True
+
+
+def _valid_frame_at(fd: int, pos: int, size: int) -> int | None:
+    """Return the end of the crc-valid frame at ``pos``, or None."""
+    if size - pos < HEADER_SIZE:
+        return None
+    status, kind, length, crc, _ = check_header(_pread(fd, HEADER_SIZE, pos))
+    end = pos + HEADER_SIZE + length
+    if status != "ok" or end > size:
+        return None
+    if not frame_crc_ok(kind, length, crc, _pread(fd, length, pos + HEADER_SIZE)):
+        return None
+    return end
+
+
+def _classify_rest(fd: int, pos: int, size: int) -> Literal["torn", "damage"]:
+    """``[pos, size)`` holds no valid frame at ``pos``: is it a torn tail or damage?"""
+    rest = size - pos
+    head = _pread(fd, min(HEADER_SIZE, rest), pos)
+    if rest < HEADER_SIZE:
+        if header_prefix_plausible(head) or head.count(0) == len(head):
+            return "torn"
+        return "damage"
+    status, _, length, _, _ = check_header(head)
+    if status == "ok" and pos + HEADER_SIZE + length > size:
+        return "torn"  # a header whose frame was cut short: a crash mid-write
+    if _all_zero(fd, pos, size):
+        return "torn"  # a size that reached the disk before its data
+    return "damage"
+
+
+def _next_magic(fd: int, start: int, size: int) -> int | None:
+    pos = start
+    while pos < size:
+        buf = _pread(fd, min(_ZERO_CHUNK, size - pos), pos)
+        i = buf.find(MAGIC)
+        if i >= 0:
+            return pos + i
+        if len(buf) < len(MAGIC):
+            return None
+        pos += len(buf) - 1  # the last byte may be the first half of a magic
+    return None
+
+
+def _boundary_near_end(fd: int, size: int) -> int:
+    """A frame boundary at or before the last valid frame, found without a full scan.
+
+    Plaintext payloads never contain the magic, so a candidate there is a real frame
+    start; in encrypted payloads a false candidate fails its crc (2^-32).
+    """
+    for window in _WINDOWS:
+        start = max(0, size - window)
+        if start == 0:
+            return 0
+        buf = _pread(fd, size - start, start)
+        i = buf.find(MAGIC)
+        while i >= 0:
+            if _valid_frame_at(fd, start + i, size) is not None:
+                return start + i
+            i = buf.find(MAGIC, i + 1)
+    return 0
+
+
+def find_end(fd: int, *, start: int | None = None) -> TailState:
+    """Follow valid frames to the end of the file and classify what remains.
+
+    Args:
+        fd: A readable descriptor of the log.
+        start: A known frame boundary (the end of the caller's last batch); None to
+            find one near the end of the file.
+
+    Returns:
+        Where valid data ends and what follows it.
+    """
+    size = os.fstat(fd).st_size
+    pos = start if start is not None and 0 <= start <= size else _boundary_near_end(fd, size)
+    while pos < size:
+        end = _valid_frame_at(fd, pos, size)
+        if end is None:
+            return TailState(pos, size, _classify_rest(fd, pos, size))
+        pos = end
+    return TailState(pos, size, "clean")
+
+
+def repair_torn_tail(fd: int, path: str, tail: TailState) -> tuple[bytes, str]:
+    """Save a torn tail's bytes to ``<wal>.d/torn/`` and truncate the log to ``tail.end``.
+
+    Args:
+        fd: A writable descriptor of the log (the append lock is held).
+        path: The log's path.
+        tail: A ``"torn"`` state from :func:`find_end`.
+
+    Returns:
+        The removed bytes and the name of the file they were saved to.
+    """
+    data = _pread(fd, tail.size - tail.end, tail.end)
+    directory = os.path.join(f"{path}.d", "torn")
+    os.makedirs(directory, exist_ok=True)
+    name = f"{tail.end}-{int(time.time())}-{uuid.uuid4().hex[:8]}.bin"
+    out = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view) :]
+        os.fsync(out)
+    finally:
+        os.close(out)
+    os.ftruncate(fd, tail.end)
+    return data, name
+
+
+def repair_record(tail: TailState, removed: bytes, saved: str, by: str) -> dict[str, Any]:
+    """The ``tail_repaired`` record that goes first in the repairing writer's batch."""
+    return {
+        "type": TAIL_REPAIRED,
+        "offset": tail.end,
+        "length": len(removed),
+        "sha256": hashlib.sha256(removed).hexdigest(),
+        "saved": saved,
+        "by": by,
+        "ts": time.time(),
+    }
+
+
+# ---- the encryption mode ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogMode:
+    """A log's encryption mode, as its first valid frame says.
+
+    Attributes:
+        encrypted: True for an encrypted log; None for an empty one (no mode yet).
+        key_id: Hex key id, for messages.
+        key_check: The header's envelope of :data:`KEY_CHECK`, or (logs without a
+            header) the first encrypted frame's payload to trial-decrypt.
+        offset: Where that frame is.
+        header: Whether the log has a ``log_header``.
+    """
+
+    encrypted: bool | None
+    key_id: str | None = None
+    key_check: bytes | None = None
+    offset: int = 0
+    header: bool = False
+
+
+def read_mode(fd: int) -> LogMode:
+    """Read a log's mode from its first valid frame (header or, for old logs, its kind).
+
+    Args:
+        fd: A readable descriptor of the log.
+
+    Returns:
+        The mode; ``encrypted=None`` when the log holds no valid frame.
+    """
+    size = os.fstat(fd).st_size
+    pos: int | None = 0
+    while pos is not None and pos < size:
+        if _valid_frame_at(fd, pos, size) is None:
+            pos = _next_magic(fd, pos + 1, size)
+            continue
+        _, kind, length, _, _ = check_header(_pread(fd, HEADER_SIZE, pos))
+        payload = _pread(fd, length, pos + HEADER_SIZE)
+        if kind == KIND_ENCRYPTED:
+            return LogMode(True, payload[:4].hex(), payload, pos)
+        record = decode_payload(payload)
+        if isinstance(record, dict) and record.get("type") == LOG_HEADER:
+            return _mode_from_header(record, pos)
+        assert kind == KIND_PLAIN
+        return LogMode(False, offset=pos)
+    return LogMode(None)
+
+
+def _mode_from_header(record: dict[str, Any], offset: int) -> LogMode:
+    if record.get("encryption") is None:
+        return LogMode(False, offset=offset, header=True)
+    check: bytes | None = None
+    raw = record.get("key_check")
+    if isinstance(raw, str):
+        try:
+            check = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            check = None
+    key_id = record.get("key_id")
+    return LogMode(True, key_id if isinstance(key_id, str) else None, check, offset, header=True)
+
+
+def header_record(encryptor: Encryptor | None) -> bytes:
+    """The encoded ``log_header`` frame for a new log (always a plaintext frame)."""
+    record: dict[str, Any] = {
+        "type": LOG_HEADER,
+        "format": 1,
+        "log": uuid.uuid4().hex,
+        "created": time.time(),
+        "encryption": None,
+        "key_id": None,
+        "key_check": None,
+    }
+    if encryptor is not None:
+        envelope = encryptor.encrypt(KEY_CHECK)
+        record["encryption"] = "aes-256-gcm"
+        record["key_id"] = envelope[:4].hex()
+        record["key_check"] = base64.b64encode(envelope).decode("ascii")
+    return encode_record(record)
+
+
+def check_mode(mode: LogMode, encryptor: Encryptor | None, path: str) -> None:
+    """Apply the mode rule: refuse a writer whose encryption does not match the log's.
+
+    Args:
+        mode: From :func:`read_mode`.
+        encryptor: The writer's encryptor, or None.
+        path: The log, for messages.
+
+    Raises:
+        WALKeyMissing: The log is encrypted and the writer has no key.
+        WALAuthenticationFailed: The log is encrypted with another key.
+        WALEncryptionMismatch: The log is plaintext and the writer has a key.
+    """
+    if mode.encrypted is None:
+        return
+    if mode.encrypted and encryptor is None:
+        raise WALKeyMissing(
+            f"{path} is an encrypted log (key id {mode.key_id or '?'}) and no key is "
+            "configured: set AGENT_SAGA_WAL_KEY to its key; nothing was written",
+            path=path,
+        )
+    if not mode.encrypted and encryptor is not None:
+        raise WALEncryptionMismatch(
+            f"{path} is a plaintext log and a WAL key is configured; refusing to mix "
+            "plaintext and encrypted records. Encrypt the existing log with "
+            f"`agent-saga wal encrypt --wal-path {path}`, or unset AGENT_SAGA_WAL_KEY; "
+            "nothing was written",
+            path=path,
+        )
+    if mode.encrypted and encryptor is not None:
+        try:
+            opened = encryptor.decrypt(mode.key_check or b"", offset=mode.offset)
+        except WALAuthenticationFailed:
+            opened = None
+        wrong = opened is None or (mode.header and opened != KEY_CHECK)
+        if wrong:
+            raise WALAuthenticationFailed(
+                f"{path} is encrypted with another key (key id {mode.key_id or '?'}): "
+                "set AGENT_SAGA_WAL_KEY to the key the log was written with; nothing "
+                "was written",
+                offset=mode.offset,
+                path=path,
+            )

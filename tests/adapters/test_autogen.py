@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -78,3 +79,34 @@ async def test_a_tool_that_takes_the_cancellation_token_gets_it_unlogged(wal: st
         await tool.run_json({"charge_id": "ch_1"}, token)
     assert seen == [token]
     assert runs_json(wal)[0]["steps"][0]["kwargs"] == {"charge_id": "ch_1"}
+
+
+async def test_parallel_tool_calls_of_one_turn_unwind_in_reverse_completion_order(
+    wal: str,
+) -> None:
+    done = {name: asyncio.Event() for name in ("ch_1", "ch_2", "ch_3")}
+    after = {"ch_1": "ch_2", "ch_2": "ch_3"}
+
+    async def gated_charge(charge_id: str) -> str:
+        if charge_id in after:
+            await done[after[charge_id]].wait()
+        result = charge(charge_id)
+        done[charge_id].set()
+        return result
+
+    tool = wrap_tool(
+        FunctionTool(gated_charge, description="Charge once the charge it waits for is done."),
+        semantics=COMPENSABLE,
+        compensate=compensate_charge,
+    )
+    turns = [
+        [Call("gated_charge", {"charge_id": c}) for c in ("ch_1", "ch_2", "ch_3")],
+        RuntimeError("the model crashed"),
+    ]
+    agent = AssistantAgent(
+        "support", model_client=autogen_client(turns), tools=[tool], max_tool_iterations=5
+    )
+    with pytest.raises(RuntimeError, match="crashed"):
+        await saga_run(agent, "go", wal_path=wal)
+    assert _charges("charge") == ["ch_3", "ch_2", "ch_1"]
+    assert _charges("refund") == ["ch_1", "ch_2", "ch_3"], "reverse completion order"

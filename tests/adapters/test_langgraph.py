@@ -102,6 +102,19 @@ async def test_a_blocking_invoke_from_a_coroutine_runs_its_step_off_the_loop(wal
     assert _charges("refund") == ["ch_1"]
 
 
+async def test_a_streamed_graph_run_inside_an_open_saga_is_unwound(wal: str) -> None:
+    tool = _wrapped_charge()
+    turns = [[Call("charge", {"charge_id": "ch_1"})], OSError("stream broke")]
+    app = FW.target([tool], turns)
+    seen = []
+    with pytest.raises(OSError, match="stream broke"):
+        async with saga("streamed", wal_path=wal):
+            async for update in app.astream({"messages": [HumanMessage("go")]}):
+                seen.extend(update)
+    assert seen == ["model", "tools"]
+    assert _charges("refund") == ["ch_1"]
+
+
 def test_a_wrapped_tool_outside_any_saga_does_not_run(wal: str) -> None:
     tool = _wrapped_charge()
     with pytest.raises(NoActiveSaga, match="saga_run"):

@@ -30,7 +30,7 @@ from adapters_support import HERE, child_env, cli, records, runs_json
 from drivers import DRIVERS, Driver
 from scripted import Call
 
-from agent_saga import AllowList, GateRefused, SagaUsageError
+from agent_saga import AllowList, GateRefused, RetryPolicy, SagaUsageError
 
 FRAMEWORKS = list(DRIVERS)
 
@@ -216,6 +216,23 @@ async def test_abort_on_tool_error_refuses_later_calls_and_rolls_back(fw: Driver
     refusals = records(wal, "gate")
     assert refusals
     assert {g["decided_by"] for g in refusals} == {"abort-on-tool-error"}
+
+
+async def test_tool_options_reach_the_step_and_not_the_model(fw: Driver, wal: str) -> None:
+    native = fw.native(charge)
+    tool = fw.wrap(
+        native,
+        semantics=COMPENSABLE,
+        compensate=compensate_charge,
+        name="payments.charge",
+        retry=RetryPolicy(attempts=2, initial_delay=0.0, jitter=0.0),
+        no_effect_on=(ValueError,),
+    )
+    assert fw.view(tool) == fw.view(native), "the model still sees 'charge'"
+    turns = [[Call("charge", {"charge_id": "ch_1"})], "done"]
+    await fw.run(fw.target([tool], turns), wal_path=wal)
+    (step,) = _saga(wal)["steps"]
+    assert (step["tool"], step["state"], step["attempts"]) == ("payments.charge", "committed", 1)
 
 
 async def test_saga_run_rejects_an_unknown_option(fw: Driver, wal: str) -> None:

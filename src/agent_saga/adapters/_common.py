@@ -59,20 +59,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: ``@tool``'s keyword options that ``wrap_tool`` passes through (SPEC §3).
+#: ``@tool``'s keyword options that ``wrap_tool`` passes through (SPEC §3), read from
+#: ``tool`` itself so that an option the core gains is an adapter option too.
 TOOL_OPTIONS: Final = frozenset(
-    {
-        "name",
-        "snapshot",
-        "capture",
-        "resolver",
-        "handler",
-        "no_effect_on",
-        "retry",
-        "retry_on",
-        "idempotent",
-    }
-)
+    p.name for p in inspect.signature(tool).parameters.values() if p.kind is p.KEYWORD_ONLY
+) - {"semantics", "compensate"}
 
 _SAGA_OPTIONS: Final = frozenset(
     p.name for p in inspect.signature(saga).parameters.values() if p.kind is p.KEYWORD_ONLY

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from adapter_handlers import COMPENSABLE, acharge, charge, compensate_charge, ledger
 from adapters_support import runs_json
@@ -10,19 +12,32 @@ from scripted import Call
 
 from agent_saga import saga
 
-crewai_tools = pytest.importorskip("crewai.tools")
-from pydantic import BaseModel  # noqa: E402
-
-from agent_saga.adapters.crewai import wrap_tool  # noqa: E402
-
 FW = driver("crewai")
+
+
+# crewai writes under $HOME when it is imported: only import it inside a test, once
+# the autouse fixture pointed $HOME at the test's own directory.
+@pytest.fixture
+def crewai_tools() -> Any:
+    import crewai.tools
+
+    return crewai.tools
+
+
+@pytest.fixture
+def wrap_tool() -> Any:
+    from agent_saga.adapters.crewai import wrap_tool
+
+    return wrap_tool
 
 
 def _charges(op: str) -> list[str]:
     return [e["charge"] for e in ledger(op)]
 
 
-def test_run_in_a_sync_saga_is_a_step_undone_on_failure(wal: str) -> None:
+def test_run_in_a_sync_saga_is_a_step_undone_on_failure(
+    wal: str, crewai_tools: Any, wrap_tool: Any
+) -> None:
     tool = wrap_tool(
         crewai_tools.tool("charge")(charge), semantics=COMPENSABLE, compensate=compensate_charge
     )
@@ -32,7 +47,9 @@ def test_run_in_a_sync_saga_is_a_step_undone_on_failure(wal: str) -> None:
     assert _charges("refund") == ["ch_1"]
 
 
-async def test_arun_of_an_async_tool_in_an_async_saga_is_undone(wal: str) -> None:
+async def test_arun_of_an_async_tool_in_an_async_saga_is_undone(
+    wal: str, crewai_tools: Any, wrap_tool: Any
+) -> None:
     tool = wrap_tool(
         crewai_tools.tool("acharge")(acharge), semantics=COMPENSABLE, compensate=compensate_charge
     )
@@ -43,20 +60,22 @@ async def test_arun_of_an_async_tool_in_an_async_saga_is_undone(wal: str) -> Non
     assert _charges("refund") == ["ch_1"]
 
 
-class ChargeArgs(BaseModel):
-    charge_id: str
+async def test_a_base_tool_subclass_runs_its_steps_inside_a_crew(
+    wal: str, crewai_tools: Any, wrap_tool: Any
+) -> None:
+    from pydantic import BaseModel
 
+    class ChargeArgs(BaseModel):
+        charge_id: str
 
-class ChargeTool(crewai_tools.BaseTool):
-    name: str = "charge"
-    description: str = "Charge a card."
-    args_schema: type[BaseModel] = ChargeArgs
+    class ChargeTool(crewai_tools.BaseTool):  # type: ignore[misc]
+        name: str = "charge"
+        description: str = "Charge a card."
+        args_schema: type[BaseModel] = ChargeArgs
 
-    def _run(self, charge_id: str) -> str:
-        return charge(charge_id)
+        def _run(self, charge_id: str) -> str:
+            return charge(charge_id)
 
-
-async def test_a_base_tool_subclass_runs_its_steps_inside_a_crew(wal: str) -> None:
     native = ChargeTool()
     tool = wrap_tool(native, semantics=COMPENSABLE, compensate=compensate_charge)
     assert isinstance(tool, ChargeTool)
@@ -67,7 +86,9 @@ async def test_a_base_tool_subclass_runs_its_steps_inside_a_crew(wal: str) -> No
     assert _charges("refund") == ["ch_1"]
 
 
-async def test_each_attempt_crewai_retries_is_its_own_step(wal: str) -> None:
+async def test_each_attempt_crewai_retries_is_its_own_step(
+    wal: str, crewai_tools: Any, wrap_tool: Any
+) -> None:
     tool = wrap_tool(
         crewai_tools.tool("charge")(charge),
         semantics=COMPENSABLE,

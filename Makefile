@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck bench check clean
+.PHONY: demo test lint typecheck bench check clean example-stripe example-postgres
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agent-saga needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -40,6 +40,14 @@ demo: $(VENV)/.installed-base
 # when missing and run as root), runs pytest with them, and stops them.
 test: $(VENV)/.installed-dev
 	$(BIN)/python scripts/testenv run -- $(BIN)/python -m pytest
+
+# The connector examples run against the same local servers as the tests: localstripe
+# (started by the example itself) and a throw-away PostgreSQL (started by testenv).
+example-stripe: $(VENV)/.installed-dev
+	$(BIN)/python examples/stripe_refund.py
+
+example-postgres: $(VENV)/.installed-dev
+	$(BIN)/python scripts/testenv run --only postgres -- $(BIN)/python examples/postgres_rollback.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench examples

@@ -4,10 +4,12 @@ Subcommands::
 
     agent-saga runs --wal-path P [--status S] [--json]
     agent-saga wal verify --wal-path P [--json]
+    agent-saga wal encrypt --wal-path P     (with AGENT_SAGA_WAL_KEY set)
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
     agent-saga escalations resolve ID --note TEXT [--by WHO] --wal-path P
+    agent-saga escalations retry ID --note TEXT [--by WHO] --wal-path P
     agent-saga approvals --wal-path P [--all] [--json]
     agent-saga approvals approve|deny ID --note TEXT [--by WHO] --wal-path P
     agent-saga ui ...            (placeholder)
@@ -29,7 +31,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import _config
-from .errors import SagaError
+from .errors import SagaError, SagaUsageError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .wal.state import ApprovalView, SagaView, StepView
@@ -209,15 +211,44 @@ def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .wal.encryption import encryptor_from_env
+    from .wal.migrate import encrypt_log
+
+    encryptor = encryptor_from_env()
+    if encryptor is None:
+        raise SagaUsageError(
+            "set AGENT_SAGA_WAL_KEY to the key to encrypt the log with (base64 of 32 bytes)"
+        )
+    report = encrypt_log(_wal_path(args), encryptor)
+    if report.already:
+        out.write(f"{report.path}: already encrypted with this key")
+    else:
+        out.write(
+            f"{report.path}: sealed {report.records} records "
+            f"({report.bytes_before} -> {report.bytes_after} bytes)"
+        )
+    out.write(f"; {report.snapshots} snapshot(s) re-stored sealed\n")
+    return 0
+
+
 # ---- escalations -------------------------------------------------------------------
 
 
 def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .recovery.escalations import list_escalations, resolve_escalation
+    from .recovery.escalations import list_escalations, request_retry, resolve_escalation
 
     if getattr(args, "esc_command", None) == "resolve":
         found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
         out.write(f"resolved {found.escalation} (saga {found.saga_id}, step {found.step})\n")
+        return 0
+    if getattr(args, "esc_command", None) == "retry":
+        found = request_retry(_wal_path(args), args.id, note=args.note, by=args.by)
+        out.write(
+            f"retry of {found.escalation} requested (saga {found.saga_id}, step {found.step}); "
+            "the next `saga-recoveryd --once` (with the --import your handlers need) "
+            "retries it with the same recovery token\n"
+        )
         return 0
     items = list_escalations(_wal_path(args), include_resolved=args.all)
     if args.json:
@@ -356,6 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
     compact.set_defaults(handler=_cmd_compact)
 
+    encrypt = wal_sub.add_parser(
+        "encrypt", help="encrypt a plaintext log and its snapshots in place (AGENT_SAGA_WAL_KEY)"
+    )
+    _add_wal_path(encrypt)
+    encrypt.set_defaults(handler=_cmd_encrypt)
+
     esc = sub.add_parser("escalations", help="list the human queue, or resolve an item")
     _add_wal_path(esc)
     esc.add_argument("--all", action="store_true", help="include resolved escalations")
@@ -367,6 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--note", required=True, help="what was done or decided")
     resolve.add_argument("--by", default=None, help="who decided (default: the OS user)")
     resolve.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    retry = esc_sub.add_parser(
+        "retry", help="have saga-recoveryd try an escalated step again once its cause is fixed"
+    )
+    retry.add_argument("id", help="the escalation id (esc-...)")
+    retry.add_argument("--note", required=True, help="what was fixed (recorded)")
+    retry.add_argument("--by", default=None, help="who asks (default: the OS user)")
+    retry.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     apr = sub.add_parser("approvals", help="list approval requests, or approve/deny one")
     _add_wal_path(apr)

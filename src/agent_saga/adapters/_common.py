@@ -34,6 +34,7 @@ from .._decorators import saga, tool
 from .._runtime import current_saga
 from .._types import ActionSemantics
 from .._undo import jsonable
+from ..connectors import MissingExtra  # one error for every missing extra
 from ..errors import GateRefused, NoActiveSaga, SagaUsageError
 from ..gate import ApprovalRequest
 
@@ -72,21 +73,6 @@ _SAGA_OPTIONS: Final = frozenset(
 _KEY = "idempotency_key"
 
 
-class MissingExtra(SagaUsageError, ImportError):
-    """An adapter was imported but its framework is not installed.
-
-    The message names the extra to install. It is an ``ImportError`` too, so
-    ``try: import ... except ImportError`` keeps working.
-
-    Attributes:
-        extra: The extra that provides the framework (``"langgraph"`` ...).
-    """
-
-    def __init__(self, message: str, *, extra: str) -> None:
-        super().__init__(message)
-        self.extra = extra
-
-
 def require(module: str, *, extra: str, adapter: str) -> ModuleType:
     """Import a framework module for an adapter, or say which extra provides it.
 
@@ -108,6 +94,7 @@ def require(module: str, *, extra: str, adapter: str) -> ModuleType:
             f"agent_saga.adapters.{adapter} needs the {extra!r} extra: "
             f"pip install 'sagaops-agent-saga[{extra}]' (could not import {module}: {exc})",
             extra=extra,
+            package=module,
         ) from exc
 
 

@@ -40,7 +40,7 @@ from .._undo import StepFacts, Target, escalate, undo_durable_step
 from ..wal import records as R
 from ..wal.lease import LeaseTable, sidecar_dir
 from ..wal.reader import Damage, Record, scan
-from ..wal.state import SagaFold, SagaView, StepView
+from ..wal.state import RetryView, SagaFold, SagaView, StepView
 from ..wal.writer import WALWriter, open_writer
 from .locks import FileLock, Lock
 
@@ -59,6 +59,7 @@ class PassReport:
     """What one pass did (also the last line ``saga-recoveryd --once`` prints)."""
 
     claimed: int = 0
+    retried: int = 0  # escalated steps retried at an operator's request
     compensated: int = 0
     no_effect: int = 0
     escalated: int = 0
@@ -183,6 +184,10 @@ class RecoveryDaemon:
             if self._stop.is_set():
                 break
             self._consider(view.saga_id)
+        for retry in self._fold.pending_retries():
+            if self._stop.is_set():
+                break
+            self._carry_out(retry)
         self._emit("pass_complete", **self._report.as_dict())
         return self._report
 
@@ -326,6 +331,87 @@ class RecoveryDaemon:
         self._report.finished += 1
         self._emit("finished", saga=saga_id, outcome=outcome)
 
+    # -- an operator's retry of an escalated step -------------------------------------
+
+    def _carry_out(self, retry: RetryView) -> None:
+        """Retry an escalated step once its cause is fixed (``agent-saga escalations retry``).
+
+        Same guarantees as recovering a saga: the claim is taken under the append lock
+        (so two daemons never both act), and the step is undone through the same
+        shared path with the same recovery token (so the handler acts once).
+        """
+        saga_id = retry.saga_id
+        token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
+        if token is None:
+            self._report.skipped_claimed += 1
+            return
+        try:
+            fence = self._claim_retry(retry)
+            if fence is None:
+                return
+            self._report.retried += 1
+            self._emit("retrying", saga=saga_id, step=retry.step, escalation=retry.escalation)
+            view = _saga_detail(self.wal_path, saga_id, self._encryptor)
+            step = None if view is None or retry.step is None else view.steps.get(retry.step)
+            why = None
+            if step is None:
+                why = "the log holds no record of this step any more"
+            elif step.state == "compensated":
+                why = (
+                    "the step was already compensated; what is escalated is not its undo "
+                    "(e.g. an earlier attempt that may have landed too) — check it and "
+                    "resolve this by hand"
+                )
+            if why is not None or step is None or view is None:  # (None checks: typing)
+                reason = f"retry requested by {retry.requested_by}, not done: {why}"
+                drive_sync(escalate(saga_id, retry.step, reason, self.id), self)
+                self._report.escalated += 1
+                return
+            outcome = self._undo(saga_id, step, self._damaged(view))
+            if outcome != "escalated":
+                self.log().append(
+                    {
+                        "type": R.ESCALATION_RESOLVED,
+                        "escalation": retry.escalation,
+                        "note": f"retried at the request of {retry.requested_by} "
+                        f"({retry.note}): {outcome}",
+                        "by": self.id,
+                        "ts": time.time(),
+                    }
+                )
+        finally:
+            self._lock.release(saga_id, token)
+
+    def _claim_retry(self, retry: RetryView) -> int | None:
+        with self.log().exclusive() as x:
+            self._feed(x.read_from(self._offset))
+            current = next(
+                (r for r in self._fold.pending_retries() if r.escalation == retry.escalation),
+                None,
+            )
+            if current is None:
+                return None  # done meanwhile, or another daemon took it
+            now = time.time()
+            fence = (current.claim.fence if current.claim is not None else 0) + 1
+            steps: list[dict[str, Any]] = []
+            if retry.step is not None:
+                steps = [{"step": retry.step, "token": R.recovery_token(retry.saga_id, retry.step)}]
+            x.append_locked(
+                [
+                    {
+                        "type": R.CLAIM,
+                        "saga": retry.saga_id,
+                        "by": self.id,
+                        "expires": now + self.claim_seconds,
+                        "fence": fence,
+                        "retry": retry.escalation,
+                        "steps": steps,
+                        "ts": now,
+                    }
+                ]
+            )
+        return fence
+
     def _inconsistent(self, saga_id: str, owner: str) -> None:
         reason = (
             f"the owner of this saga ({owner}) ended cleanly (its lease was released), yet "
@@ -374,6 +460,21 @@ class RecoveryDaemon:
             **({"error": type(error).__name__} if error is not None else {}),
         )
         return outcome
+
+
+def _saga_detail(wal_path: str, saga_id: str, decryptor: Any) -> SagaView | None:
+    """Every record of one saga folded, read back from the log (its detail was dropped).
+
+    A streamed pass that keeps only this saga's records: retries are rare operator
+    actions, and the daemon's own fold keeps no detail of terminal sagas.
+    """
+    fold = SagaFold()
+    for item in scan(wal_path, decryptor=decryptor):
+        if isinstance(item, Record) and item.data.get("saga") == saga_id:
+            if item.data.get("type") == R.SAGA_END:
+                continue  # read the saga as it stood, so its steps can still be undone
+            fold.apply(item.data, item.offset)
+    return fold.get(saga_id)
 
 
 def _facts(t: Target, step: StepView) -> StepFacts:

@@ -38,7 +38,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from . import records as r
-from .views import Anomaly, ApprovalView, ClaimView, EscalationView, SagaView, StepView
+from .views import (
+    Anomaly,
+    ApprovalView,
+    ClaimView,
+    EscalationView,
+    RetryView,
+    SagaView,
+    StepView,
+)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reader import Damage, Decryptor, Record
@@ -48,6 +56,7 @@ __all__ = [
     "ApprovalView",
     "ClaimView",
     "EscalationView",
+    "RetryView",
     "SagaFold",
     "SagaView",
     "StepView",
@@ -225,6 +234,7 @@ class SagaFold:
         self._summaries: dict[str, tuple[str, float | None]] = {}
         self._escalations: dict[str, EscalationView] = {}
         self._approvals: dict[str, ApprovalView] = {}
+        self._retries: dict[str, RetryView] = {}  # escalation id -> the latest retry request
         self._saga_approvals: dict[str, list[str]] = {}  # saga id -> request ids
         self.anomalies: list[Anomaly] = []
         self.anomaly_count = 0
@@ -271,19 +281,10 @@ class SagaFold:
             unscoped(self, record, offset, ts)
             return
         saga_id: str = record["saga"]
-        if saga_id in self._summaries or saga_id in self._ended:
-            if rtype != r.ESCALATED:
-                self._anomaly(offset, "after_end", f"{rtype} record after saga_end of {saga_id}")
-            elif saga_id in self._summaries:
-                # A fenced agent may escalate after the daemon ended its saga (a call
-                # that landed after its lease was lost): the human queue must keep it.
-                eid: str = record["escalation"]
-                self._escalations[eid] = EscalationView(
-                    eid, saga_id, record["step"], record["reason"], record["by"], offset, ts
-                )
-                return
-            if saga_id in self._summaries:
-                return
+        if (saga_id in self._summaries or saga_id in self._ended) and self._after_end(
+            record, saga_id, offset, ts
+        ):
+            return
         view = self._live.get(saga_id) or self._ended.get(saga_id)
         if view is None:
             view = self._live[saga_id] = SagaView(saga_id, first_offset=offset)
@@ -294,6 +295,52 @@ class SagaFold:
         handler = _APPLY.get(rtype)
         if handler is not None:
             handler(self, view, record, offset, ts)
+
+    def _after_end(self, rec: Mapping[str, Any], saga_id: str, off: int, ts: Any) -> bool:
+        """A record for a saga that already ended; True when nothing more is to apply.
+
+        Two writers may legitimately write after ``saga_end``: a fenced agent that
+        escalates a call which landed after it lost its lease (the human queue must
+        keep it), and a daemon carrying out an operator's retry of an escalated step
+        (its claim and undo records). Anything else is an anomaly.
+        """
+        rtype = rec["type"]
+        forgotten = saga_id in self._summaries
+        if rtype == r.ESCALATED:
+            eid: str = rec["escalation"]
+            retry = self._retries.get(eid)
+            if retry is not None and retry.outcome is None and off > retry.offset:
+                retry.outcome = "escalated"
+            if forgotten:
+                self._escalations[eid] = EscalationView(
+                    eid, saga_id, rec["step"], rec["reason"], rec["by"], off, ts
+                )
+            return forgotten
+        retry = self._retry_for(rec, saga_id)
+        if retry is None:
+            self._anomaly(off, "after_end", f"{rtype} record after saga_end of {saga_id}")
+            return forgotten
+        if rtype == r.CLAIM:
+            retry.claim = ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts)
+            return True
+        return forgotten
+
+    def _retry_for(self, rec: Mapping[str, Any], saga_id: str) -> RetryView | None:
+        rtype = rec["type"]
+        if rtype == r.CLAIM:
+            eid = rec.get("retry")
+            found = self._retries.get(eid) if isinstance(eid, str) else None
+            return found if found is not None and found.outcome is None else None
+        if rtype in (r.COMPENSATING, r.COMPENSATED, r.COMPENSATION_FAILED):
+            for retry in self._retries.values():
+                if (
+                    retry.outcome is None
+                    and retry.saga_id == saga_id
+                    and retry.step == rec["step"]
+                    and retry.claim is not None
+                ):
+                    return retry
+        return None
 
     # -- per-type transitions -----------------------------------------------------
 
@@ -410,6 +457,9 @@ class SagaFold:
             return
         e.resolved, e.note, e.resolved_by = True, rec["note"], rec["by"]
         e.resolved_ts, e.resolved_offset = ts, off
+        retry = self._retries.pop(e.escalation, None)
+        if retry is not None and retry.outcome is None:
+            retry.outcome = "resolved"
         if e.saga_id in self._summaries:
             del self._escalations[e.escalation]
 
@@ -440,7 +490,14 @@ class SagaFold:
             ids.append(rid)
 
     def _retry(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        pass  # filled in below
+        eid: str = rec["escalation"]
+        e = self._escalations.get(eid)
+        if e is None or e.resolved:
+            self._anomaly(off, "malformed", f"retry of an unknown or resolved escalation {eid}")
+            return
+        e.retry = self._retries[eid] = RetryView(
+            eid, rec["saga"], rec["step"], rec["note"], rec["by"], off, ts
+        )
 
     def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
@@ -548,6 +605,18 @@ class SagaFold:
     def open_escalations(self) -> list[EscalationView]:
         """Return escalations without an ``escalation_resolved`` record, oldest first."""
         return [e for e in self._escalations.values() if not e.resolved]
+
+    def pending_retries(self, *, now: float | None = None) -> list[RetryView]:
+        """Return the retry requests a daemon should carry out now, oldest first.
+
+        Args:
+            now: Wall-clock seconds to judge claim expiry by (default: now).
+
+        Returns:
+            Requests not yet done and not claimed by a daemon whose claim is unexpired.
+        """
+        t = time.time() if now is None else now
+        return sorted((x for x in self._retries.values() if x.pending(t)), key=lambda x: x.offset)
 
     def approvals(self) -> list[ApprovalView]:
         """Return every approval request still held (decided, expired or open), oldest first."""

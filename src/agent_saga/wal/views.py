@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Anomaly", "ApprovalView", "ClaimView", "EscalationView", "SagaView", "StepView"]
+__all__ = [
+    "Anomaly",
+    "ApprovalView",
+    "ClaimView",
+    "EscalationView",
+    "RetryView",
+    "SagaView",
+    "StepView",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,34 @@ class EscalationView:
     resolved_by: str | None = None
     resolved_ts: float | None = None
     resolved_offset: int | None = None
+    retry: RetryView | None = None
+
+
+@dataclass(slots=True)
+class RetryView:
+    """An operator's request to retry an escalated step (``escalation_retry``).
+
+    Attributes:
+        escalation / saga_id / step: What is to be retried.
+        note / requested_by / offset / ts: Who asked, why, where and when.
+        claim: The claim of the daemon carrying it out, once one took it.
+        outcome: None while pending; ``"resolved"`` when the retry undid the step
+            (the escalation was resolved), ``"escalated"`` when it escalated again.
+    """
+
+    escalation: str
+    saga_id: str
+    step: int | None
+    note: Any
+    requested_by: Any
+    offset: int
+    ts: float | None = None
+    claim: ClaimView | None = None
+    outcome: str | None = None
+
+    def pending(self, now: float) -> bool:
+        """Whether a daemon should take it: not done, and no unexpired claim on it."""
+        return self.outcome is None and (self.claim is None or self.claim.expires <= now)
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from adapters_support import records, runs_json
 from drivers import driver
 from scripted import Call, langgraph_model
 
-from agent_saga import GateRefused, NoActiveSaga, saga
+from agent_saga import ActionSemantics, GateRefused, NoActiveSaga, saga
 from agent_saga.adapters.langgraph import InterruptApprover, approve, deny, saga_run, wrap_tool
 
 langchain_tools = pytest.importorskip("langchain_core.tools")
@@ -113,6 +113,27 @@ async def test_a_streamed_graph_run_inside_an_open_saga_is_unwound(wal: str) -> 
                 seen.extend(update)
     assert seen == ["model", "tools"]
     assert _charges("refund") == ["ch_1"]
+
+
+async def test_a_reversible_tool_is_restored_from_its_snapshot_in_process(wal: str) -> None:
+    cart: dict[str, int] = {}
+
+    def add_to_cart(sku: str, qty: int) -> int:
+        """Put an item in the cart."""
+        cart[sku] = cart.get(sku, 0) + qty
+        return cart[sku]
+
+    def snapshot(sku: str, qty: int) -> Any:
+        before = dict(cart)
+        return lambda: (cart.clear(), cart.update(before))
+
+    tool = wrap_tool(
+        langchain_tools.tool(add_to_cart), semantics=ActionSemantics.REVERSIBLE, snapshot=snapshot
+    )
+    turns = [[Call("add_to_cart", {"sku": "sku-1", "qty": 2})], OSError("down")]
+    with pytest.raises(OSError, match="down"):
+        await FW.run(FW.target([tool], turns), wal_path=wal)
+    assert cart == {}, "restored exactly"
 
 
 def test_a_wrapped_tool_outside_any_saga_does_not_run(wal: str) -> None:

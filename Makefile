@@ -15,8 +15,22 @@ $(VENV)/.installed-base: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# The test environment: `.[dev]` (every extra the suite needs, the five agent
+# frameworks included) resolved under constraints/test.txt, so every installer gets
+# the same versions. uv (from PyPI, pinned by the same file) installs it in seconds;
+# plain pip is the fallback when uv cannot be installed, or with `make test USE_UV=0`.
+USE_UV      ?= 1
+CONSTRAINTS := constraints/test.txt
+PIP         := $(BIN)/python -m pip --quiet --disable-pip-version-check
+
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	@if [ "$(USE_UV)" = 1 ] && { [ -x $(BIN)/uv ] || $(PIP) install -c $(CONSTRAINTS) uv; } \
+		&& echo "installing .[dev] with uv" \
+		&& $(BIN)/uv pip install --quiet --python $(BIN)/python -c $(CONSTRAINTS) -e '.[dev]'; \
+	then :; else \
+		echo "installing .[dev] with pip (uv unavailable, failed, or USE_UV=0)"; \
+		$(PIP) install -c $(CONSTRAINTS) -e '.[dev]'; \
+	fi
 	@touch $@ $(VENV)/.installed-base
 
 demo: $(VENV)/.installed-base

@@ -11,7 +11,7 @@ import it (this package itself imports nothing outside the standard library):
 ``agent_saga.adapters.autogen``    ``pip install 'sagaops-agent-saga[autogen]'``
 =================================  ==================================================
 
-Each exposes the same two functions (SPEC §3):
+Each exposes the same two functions:
 
 * ``wrap_tool(tool, *, semantics, compensate=None, **tool_options)`` returns a tool of
   the framework's own type, with the same name, description and argument schema,

@@ -60,7 +60,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: ``@tool``'s keyword options that ``wrap_tool`` passes through (SPEC §3), read from
+#: ``@tool``'s keyword options that ``wrap_tool`` passes through, read from
 #: ``tool`` itself so that an option the core gains is an adapter option too.
 TOOL_OPTIONS: Final = frozenset(
     p.name for p in inspect.signature(tool).parameters.values() if p.kind is p.KEYWORD_ONLY

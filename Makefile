@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck bench check clean
+.PHONY: demo test lint typecheck bench check clean example-stripe example-postgres
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agent-saga needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -15,8 +15,22 @@ $(VENV)/.installed-base: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# The test environment: `.[dev]` (every extra the suite needs, the five agent
+# frameworks included) resolved under constraints/test.txt, so every installer gets
+# the same versions. uv (from PyPI, pinned by the same file) installs it in seconds;
+# plain pip is the fallback when uv cannot be installed, or with `make test USE_UV=0`.
+USE_UV      ?= 1
+CONSTRAINTS := constraints/test.txt
+PIP         := $(BIN)/python -m pip --quiet --disable-pip-version-check
+
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	@if [ "$(USE_UV)" = 1 ] && { [ -x $(BIN)/uv ] || $(PIP) install -c $(CONSTRAINTS) uv; } \
+		&& echo "installing .[dev] with uv" \
+		&& $(BIN)/uv pip install --quiet --python $(BIN)/python -c $(CONSTRAINTS) -e '.[dev]'; \
+	then :; else \
+		echo "installing .[dev] with pip (uv unavailable, failed, or USE_UV=0)"; \
+		$(PIP) install -c $(CONSTRAINTS) -e '.[dev]'; \
+	fi
 	@touch $@ $(VENV)/.installed-base
 
 demo: $(VENV)/.installed-base
@@ -26,6 +40,14 @@ demo: $(VENV)/.installed-base
 # when missing and run as root), runs pytest with them, and stops them.
 test: $(VENV)/.installed-dev
 	$(BIN)/python scripts/testenv run -- $(BIN)/python -m pytest
+
+# The connector examples run against the same local servers as the tests: localstripe
+# (started by the example itself) and a throw-away PostgreSQL (started by testenv).
+example-stripe: $(VENV)/.installed-dev
+	$(BIN)/python examples/stripe_refund.py
+
+example-postgres: $(VENV)/.installed-dev
+	$(BIN)/python scripts/testenv run --only postgres -- $(BIN)/python examples/postgres_rollback.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench examples

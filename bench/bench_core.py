@@ -1,4 +1,4 @@
-"""agent-saga core benchmark: SPEC §9, in one run, on one machine.
+"""agent-saga core benchmark: the targets of docs/performance.md, in one run, on one machine.
 
 Cases (``docs/performance.md`` explains each figure):
 
@@ -592,7 +592,7 @@ def _peers(p: Params, directory: str, ours_ms: float) -> dict[str, Any]:
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """SPEC §9 targets, each with its measured value and PASS/MISS (None: skipped)."""
+    """The performance targets, each with its measured value and PASS/MISS (None: skipped)."""
     fast, durable = result["fast"]["overhead"], result["durable"]
     top = result["concurrency"]["levels"][-1]
     best = max(top["asyncio"]["steps_per_s"], top["threads"]["steps_per_s"])
@@ -712,7 +712,7 @@ def table(result: dict[str, Any]) -> str:
             f"{db['one_step_workflow']['p50_ms']:.3f} ms  agent-saga/dbos = {db['ratio']:.2f} "
             f"({db['speedup']:.1f}x faster)"
         )
-    lines += ["", "targets (SPEC §9)"]
+    lines += ["", "targets (docs/performance.md)"]
     for row in result["targets"]:
         verdict = {True: "PASS", False: "MISS", None: "SKIP"}[row["pass"]]
         bound = f"<= {row['limit']}" if "limit" in row else f">= {row['min']}"
@@ -758,7 +758,9 @@ def run(p: Params, directory: str, progress: Callable[[str], None] = _log) -> di
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description="agent-saga core benchmark (SPEC §9)")
+    parser = argparse.ArgumentParser(
+        description="agent-saga core benchmark (targets: docs/performance.md)"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run under a minute")
     parser.add_argument("--dir", help="where the WALs go (default: a temp dir under the CWD)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")

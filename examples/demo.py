@@ -6,13 +6,17 @@
 3. An agent editing files is killed with SIGKILL half-way; the recovery daemon
    finishes the rollback from the write-ahead log.
 
-Run it with ``make demo`` (or ``python examples/demo.py``).
+Run it with ``make demo`` (or ``python examples/demo.py``). The write-ahead log
+is kept — in a temporary directory, or at ``--wal-path demo.wal`` — and the demo
+ends with the commands that inspect it (``agent-saga runs``, ``agent-saga ui``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -198,19 +202,49 @@ def act_crash(wal: str, workdir: Path) -> None:
     say(f"recovered:  config.toml = {config.read_text()!r}; NOTES.md exists: {notes.exists()}", 3)
 
 
+def _command(name: str) -> str:
+    """How to run console script ``name`` from the user's shell."""
+    if shutil.which(name):
+        return name
+    beside = Path(sys.executable).with_name(name)  # the venv's bin/, not on PATH
+    if beside.exists():
+        try:
+            return shlex.quote(os.path.relpath(beside))
+        except ValueError:
+            return shlex.quote(str(beside))
+    module = "agent_saga" if name == "agent-saga" else "agent_saga.recovery.cli"
+    return f"{shlex.quote(sys.executable)} -m {module}"
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == CHILD_FLAG:
         crash_child(sys.argv[2], sys.argv[3])
         return
-    with tempfile.TemporaryDirectory(prefix="agent-saga-demo-") as tmp:
-        wal = os.path.join(tmp, "agent-saga.wal")
-        act_rollback(wal)
-        act_gate(wal)
-        act_crash(wal, Path(tmp))
-        say("\nEverything above is in the write-ahead log (`agent-saga runs --wal-path ...`):")
-        from agent_saga.cli import main as cli
+    # The log is kept after the demo: the commands printed at the end inspect it.
+    keep = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--wal-path" else None
+    tmp = tempfile.mkdtemp(prefix="agent-saga-demo-")
+    wal = os.path.abspath(keep) if keep else os.path.join(tmp, "agent-saga.wal")
+    act_rollback(wal)
+    act_gate(wal)
+    act_crash(wal, Path(tmp))
+    say("\nEverything above is in the write-ahead log:")
+    from agent_saga.cli import main as cli
 
-        cli(["runs", "--wal-path", wal])
+    cli(["runs", "--wal-path", wal])
+    cli_cmd = _command("agent-saga")
+    where = shlex.quote(keep if keep else wal)
+    if keep:
+        shutil.rmtree(tmp)  # only the act-3 work files were there; the log is at `keep`
+        say(f"\nThe log is kept at {where}; inspect it with:")
+    else:
+        say(f"\nThe log is kept in {shlex.quote(tmp)}; inspect it with:")
+    say(f"  {cli_cmd} runs --wal-path {where}")
+    say(f"  {cli_cmd} runs --wal-path {where} --json")
+    say(f"  {cli_cmd} wal verify --wal-path {where}")
+    say(f"  {cli_cmd} escalations --wal-path {where} --all")
+    say(f"See every run in the time-travel debugger: {cli_cmd} ui --wal-path {where}")
+    if not keep:
+        say(f"Remove it with: rm -r {shlex.quote(tmp)}")
 
 
 if __name__ == "__main__":

@@ -308,7 +308,9 @@ def test_approvals_lists_only_open_requests(
 
 
 def test_approvals_with_nothing_open(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["approvals", "--wal-path", str(tmp_path / "none.wal")]) == 0
+    empty = tmp_path / "empty.wal"
+    empty.touch()  # a missing log is an error (tests/cli/test_cli_missing_wal.py)
+    assert main(["approvals", "--wal-path", str(empty)]) == 0
     assert capsys.readouterr().out == "no open approval requests\n"
 
 

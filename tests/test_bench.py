@@ -38,7 +38,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, "--json prints exactly one JSON object on stdout"
     data: dict[str, Any] = json.loads(lines[0])
-    assert "targets (SPEC" in proc.stderr  # the table goes to stderr with --json
+    assert "targets (docs/performance.md)" in proc.stderr  # the table goes to stderr with --json
     return data
 
 

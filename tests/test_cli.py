@@ -64,14 +64,18 @@ def test_runs_prints_a_table_of_sagas(wal: Path, capsys: pytest.CaptureFixture[s
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"]
     assert lines[1].split()[:3] == ["a", "job-a", "committed"]
-    assert lines[2].split()[:3] == ["b", "job-b", "running"]
+    # No lease file for owner "o": nobody runs saga b any more.
+    assert lines[2].split()[:3] == ["b", "job-b", "orphaned"]
     assert "2023-11-14 22:13:20Z" in lines[1]
 
 
 def test_runs_filters_by_status(wal: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["runs", "--wal-path", str(wal), "--status", "running", "--json"]) == 0
+    assert main(["runs", "--wal-path", str(wal), "--status", "orphaned", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [s["saga"] for s in doc] == ["b"]
+    assert doc[0]["logged_status"] == "running"
+    assert main(["runs", "--wal-path", str(wal), "--status", "committed", "--json"]) == 0
+    assert [s["saga"] for s in json.loads(capsys.readouterr().out)] == ["a"]
 
 
 def test_runs_json_has_steps_with_recorded_references(
@@ -94,18 +98,36 @@ def test_runs_uses_env_default_wal_path(
     assert len(json.loads(capsys.readouterr().out)) == 2
 
 
-def test_runs_on_missing_wal_says_no_sagas(
+def test_runs_on_missing_wal_is_an_error_not_an_empty_list(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["runs", "--wal-path", str(tmp_path / "none.wal")]) == 0
+    missing = tmp_path / "none.wal"
+    assert main(["runs", "--wal-path", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"agent-saga: error: no WAL at {missing} (check --wal-path / AGENT_SAGA_WAL_PATH)\n"
+    )
+
+
+def test_runs_on_an_empty_wal_file_says_no_sagas(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.wal"
+    empty.touch()
+    assert main(["runs", "--wal-path", str(empty)]) == 0
     assert capsys.readouterr().out == "no sagas\n"
 
 
-def test_runs_warns_about_damage_on_stderr(wal: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_warns_about_damage_on_stderr_and_exits_1(
+    wal: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with open(wal, "ab") as f:
         f.write(b"\xa5\x5a\x01")
-    assert main(["runs", "--wal-path", str(wal)]) == 0
-    assert "damaged region" in capsys.readouterr().err
+    assert main(["runs", "--wal-path", str(wal)]) == 1
+    captured = capsys.readouterr()
+    assert "damaged region" in captured.err
+    assert "job-a" in captured.out  # what could be read is still listed
 
 
 def test_verify_clean_wal_exits_0(wal: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,10 +217,13 @@ def test_archive_and_no_archive_are_exclusive(wal: Path) -> None:
     assert main(["wal", "compact", "--wal-path", str(wal), "--archive", "x", "--no-archive"]) == 2
 
 
-@pytest.mark.parametrize("command", ["ui"])
-def test_placeholders_exit_2_with_message(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([command, "--wal-path", "x"]) == 2
-    assert "not yet implemented" in capsys.readouterr().err
+def test_ui_refuses_a_public_address_without_a_token_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["ui", "--wal-path", "x", "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agent-saga: error: refusing to bind 0.0.0.0")
+    assert err.count("\n") == 1
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

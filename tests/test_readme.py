@@ -34,4 +34,20 @@ def test_readme_example_rolls_back_the_charge_as_documented(tmp_path: Path) -> N
     )
     assert run.returncode == 0, run.stderr
     assert "rolled back: the model hallucinated a discount {'ch_1': 'refunded'}" in run.stdout
+    assert "declined, nothing to undo: 250000 is over the card's limit" in run.stdout
     assert (tmp_path / "checkout.wal").exists()
+
+
+def test_readme_first_example_declares_no_effect_on() -> None:
+    assert "no_effect_on=(CardDeclined,)" in _example()
+
+
+def test_readme_says_a_raising_compensable_tool_fails_closed_by_its_promise() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    promise = text.index("the **original exception propagates unchanged**")
+    following = text[promise : promise + 1200]
+    assert "itself raises" in following
+    assert "UNKNOWN" in following
+    assert "`CompensationFailed`" in following
+    assert "`no_effect_on=(CardDeclined,)`" in following
+    assert "`resolver=`" in following

@@ -1,4 +1,4 @@
-"""The one module that reads environment variables (STYLE §5).
+"""The one module that reads environment variables.
 
 Everything else receives configuration explicitly; these functions are only the
 fallbacks used when a caller passed nothing.
@@ -12,7 +12,14 @@ import os
 
 from .errors import SagaUsageError
 
-__all__ = ["DEFAULT_WAL_PATH", "decode_key", "default_wal_path", "ui_token", "wal_key"]
+__all__ = [
+    "DEFAULT_WAL_PATH",
+    "decode_key",
+    "default_wal_path",
+    "stripe_api_base",
+    "ui_token",
+    "wal_key",
+]
 
 DEFAULT_WAL_PATH = "./agent-saga.wal"
 
@@ -54,3 +61,8 @@ def decode_key(text: str, *, source: str = "key") -> bytes:
 def ui_token() -> str | None:
     """Return ``AGENT_SAGA_UI_TOKEN`` if set and non-empty."""
     return os.environ.get("AGENT_SAGA_UI_TOKEN") or None
+
+
+def stripe_api_base() -> str | None:
+    """Return ``STRIPE_API_BASE`` if set and non-empty (the Stripe connector's endpoint)."""
+    return os.environ.get("STRIPE_API_BASE") or None

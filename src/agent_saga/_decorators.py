@@ -1,4 +1,4 @@
-"""``@tool`` and ``saga``: thin shells around the engine (STYLE §2).
+"""``@tool`` and ``saga``: thin shells around the engine.
 
 Each decorator picks its sync or async wrapper once, at decoration time.
 """

@@ -4,7 +4,7 @@ The protocols are generators that *yield commands* (``_commands``: ``Append`` a
 record durably, ``Submit`` one without waiting, ``Call`` user code, ``Approve``,
 ``Sleep``) and receive their results. Undoing one step is ``_undo``'s, shared with
 the recovery daemon. ``_runtime`` drives them with a short sync loop or a short
-async loop — the only code that differs by colour (STYLE §1). Everything that
+async loop — the only code that differs by colour. Everything that
 decides *what* happens (gate verdicts, record contents, LIFO order, retry and
 escalation) lives here, once.
 
@@ -291,7 +291,7 @@ def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
 def step_protocol(
     scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any
 ) -> Protocol:
-    """Run one COMPENSABLE or IRREVERSIBLE step durably (SPEC §4).
+    """Run one COMPENSABLE or IRREVERSIBLE step durably (docs/log-format.md).
 
     gate → INTENT (fsync) → call → factory → COMMITTED (fsync). A call that raised
     is recorded with its outcome (``no_effect`` if the tool declared the exception

@@ -8,16 +8,32 @@ Subcommands::
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
-    agent-saga escalations resolve ID --note TEXT [--by WHO] --wal-path P
-    agent-saga escalations retry ID --note TEXT [--by WHO] --wal-path P
+    agent-saga escalations resolve ID --note TEXT [--by WHO] [--wal-path P]
+    agent-saga escalations retry ID --note TEXT [--by WHO] [--wal-path P]
     agent-saga approvals --wal-path P [--all] [--json]
-    agent-saga approvals approve|deny ID --note TEXT [--by WHO] --wal-path P
+    agent-saga approvals approve|deny ID --note TEXT [--by WHO] [--wal-path P]
+    agent-saga ui [--wal-path P] [--host H] [--port N] [--token T] [--quiet]
     agent-saga mcp --policy FILE [--wal-path P] [--boundary session|explicit] [--observe]
-                   -- SERVER_COMMAND [ARGS...]    (see docs/mcp.md)
-    agent-saga ui ...            (placeholder)
+                   -- SERVER_COMMAND [ARGS...]    (see docs/mcp.md; its own exit codes)
+    agent-saga --version
 
-Exit codes: 0 success; 1 ``wal verify`` found damage; 2 usage errors and every
-expected error (a ``SagaError``, printed as one line ``agent-saga: error: ...``).
+Exit codes:
+
+* 0 — success.
+* 1 — the command did its job but the log is damaged: ``wal verify`` found damage,
+  or ``runs`` / ``escalations`` / ``approvals`` printed what they could read and
+  reported the damage on stderr (the listing may be incomplete).
+* 2 — a usage error or any expected error, printed as one line
+  ``agent-saga: error: ...``: bad arguments, a ``--wal-path`` that is missing
+  (``no WAL at PATH``), a directory, a FIFO, unreadable, a ``SagaError``.
+* 70 — an exception nobody expected: one line naming its type and where it was
+  raised, "this is a bug, please report it". Never a traceback.
+* 130 — interrupted (Ctrl-C); 141 — stdout was closed (``| head``).
+
+Every command reads an existing log: none of them creates a file or a directory
+except ``wal compact`` (which needs ``<wal>.d/`` for its lock and writes the
+archive), ``wal encrypt`` (which rewrites the log it was given) and the deciding
+commands (``resolve``, ``retry``, ``approve``, ``deny``), which append one record.
 Values are printed exactly as they were recorded: the log holds credential
 *references*, never credentials, so nothing here needs to redact.
 """
@@ -26,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,14 +50,38 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import _config
+from ._cli_support import (
+    EXIT_BUG,
+    EXIT_DAMAGE,
+    EXIT_OK,
+    EXIT_USAGE,
+    bug_line,
+    check_wal_path,
+    conflict_message,
+    conflicting_distribution,
+    non_negative_seconds,
+    version_line,
+)
 from .errors import SagaError, SagaUsageError
+from .recovery.liveness import Liveness
+from .wal.records import TERMINAL_OUTCOMES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .wal.reader import Damage
     from .wal.state import ApprovalView, SagaView, StepView
 
-__all__ = ["main"]
+__all__ = ["RUN_STATUSES", "build_parser", "main"]
 
-_NOT_YET = "not yet implemented (see issue: {} command pending)"
+RUN_STATUSES: tuple[str, ...] = (
+    "running",
+    "rolling_back",
+    "recovering",
+    "orphaned",
+    *sorted(TERMINAL_OUTCOMES),
+)
+"""What ``runs --status`` accepts: the statuses ``SagaFold`` gives live sagas, the
+terminal outcomes, and ``orphaned`` (no live owner, no daemon: the next
+``saga-recoveryd`` pass takes it over)."""
 
 
 def _ts(value: float | None) -> str:
@@ -49,16 +90,41 @@ def _ts(value: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value)) + "Z"
 
 
-def _add_wal_path(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--wal-path",
-        default=None,
-        help="the WAL file (default: $AGENT_SAGA_WAL_PATH or ./agent-saga.wal)",
-    )
+_WAL_HELP = "the WAL file (default: $AGENT_SAGA_WAL_PATH or ./agent-saga.wal)"
+
+
+def _add_wal_path(p: argparse.ArgumentParser, dest: str = "wal_path") -> None:
+    p.add_argument("--wal-path", dest=dest, default=None, metavar="PATH", help=_WAL_HELP)
 
 
 def _wal_path(args: argparse.Namespace) -> str:
-    return str(args.wal_path or _config.default_wal_path())
+    """The log to read: ``--wal-path`` (before or after the action), else the default.
+
+    Raises:
+        SagaUsageError: two different ``--wal-path`` values, or a path that is not
+            an existing, readable WAL file (``no WAL at PATH``).
+    """
+    outer: str | None = args.wal_path
+    inner: str | None = getattr(args, "action_wal_path", None)
+    if outer is not None and inner is not None and outer != inner:
+        raise SagaUsageError(f"two different --wal-path values: {outer} and {inner}; give one")
+    chosen = inner if inner is not None else outer
+    path = str(_config.default_wal_path() if chosen is None else chosen)
+    check_wal_path(path, must_exist=True)
+    return path
+
+
+def _report_damage(damages: Sequence[Damage], err: TextIO, what: str) -> int:
+    """Warn about damage on stderr; return the exit code (1 when damaged)."""
+    if not damages:
+        return EXIT_OK
+    first = damages[0]
+    err.write(
+        f"agent-saga: warning: the WAL has {len(damages)} damaged region(s) "
+        f"(first at offset {first.offset}, {first.kind}); {what} may be incomplete; "
+        "run `agent-saga wal verify`\n"
+    )
+    return EXIT_DAMAGE
 
 
 # ---- runs ---------------------------------------------------------------------------
@@ -84,13 +150,19 @@ def _step_json(s: StepView) -> dict[str, Any]:
     }
 
 
-def _saga_json(v: SagaView) -> dict[str, Any]:
+def _saga_json(v: SagaView, live: Liveness) -> dict[str, Any]:
     claim = v.claim
     return {
         "saga": v.saga_id,
         "name": v.name,
         "owner": v.owner,
-        "status": v.status,
+        "status": live.status,
+        "logged_status": v.status,
+        "owner_silent": live.owner_silent,
+        "lease_state": live.lease_state,
+        "lease_expires": live.lease_expires,
+        "lease_renewed": live.lease_renewed,
+        "orphaned_in": None if live.orphaned_in is None else round(live.orphaned_in, 3),
         "started": v.started,
         "ended": v.ended,
         "outcome": v.outcome,
@@ -119,32 +191,56 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
         out.write("\n")
 
 
+def _judge(views: list[SagaView], wal: str) -> list[tuple[SagaView, Liveness]]:
+    """Pair each saga with the daemon's view of it (lease files read once per owner)."""
+    from .recovery.liveness import liveness
+    from .wal.lease import LeaseInfo, LeaseTable
+
+    table = LeaseTable(wal)
+    leases: dict[str, LeaseInfo | None] = {}
+    now = time.time()
+    judged = []
+    for v in views:
+        lease = None
+        if v.owner and not v.terminal:
+            if v.owner not in leases:
+                leases[v.owner] = table.get(v.owner)
+            lease = leases[v.owner]
+        judged.append((v, liveness(v, lease, now)))
+    return judged
+
+
 def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .wal.state import fold_file
 
-    fold, damages = fold_file(_wal_path(args))
+    wal = _wal_path(args)
+    fold, damages = fold_file(wal)
     views = sorted(fold.sagas(), key=lambda v: (v.started is None, v.started or 0.0, v.saga_id))
+    judged = _judge(views, wal)
     if args.status:
-        views = [v for v in views if v.status == args.status]
-    if damages:
-        err.write(
-            f"agent-saga: warning: the WAL has {len(damages)} damaged region(s); "
-            "run `agent-saga wal verify`\n"
-        )
+        judged = [(v, live) for v, live in judged if live.status == args.status]
+    code = _report_damage(damages, err, "the list of sagas")
     if args.json:
-        json.dump([_saga_json(v) for v in views], out, indent=2, default=str)
+        json.dump([_saga_json(v, live) for v, live in judged], out, indent=2, default=str)
         out.write("\n")
-        return 0
-    if not views:
+        return code
+    if not judged:
         out.write("no sagas\n")
-        return 0
+        return code
     rows = [["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"]]
     rows += [
-        [v.saga_id, v.name or "-", v.status, _steps_summary(v), _ts(v.started), v.outcome or "-"]
-        for v in views
+        [
+            v.saga_id,
+            v.name or "-",
+            live.describe(),
+            _steps_summary(v),
+            _ts(v.started),
+            v.outcome or "-",
+        ]
+        for v, live in judged
     ]
     _table(rows, out)
-    return 0
+    return code
 
 
 # ---- wal verify / compact -----------------------------------------------------------
@@ -180,7 +276,7 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for d in report.damages:
             out.write(f"damage at offset {d.offset}: {d.length} bytes, {d.kind} ({d.detail})\n")
         out.write("ok\n" if report.ok else f"{len(report.damages)} damaged region(s)\n")
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_DAMAGE
 
 
 def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -197,7 +293,7 @@ def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         data = asdict(report)
         json.dump(data, out, indent=2, default=str)
         out.write("\n")
-        return 0
+        return EXIT_OK
     out.write(
         f"{report.path}: kept {report.records_kept} records of {report.sagas_kept} sagas "
         f"({report.tail_records} appended meanwhile), dropped {report.records_dropped} "
@@ -210,7 +306,7 @@ def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"removed damage at offset {d.offset}: {d.length} bytes, {d.kind}\n")
     for q in report.quarantined:
         out.write(f"damaged bytes saved to {q}\n")
-    return 0
+    return EXIT_OK
 
 
 def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -231,19 +327,20 @@ def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"({report.bytes_before} -> {report.bytes_after} bytes)"
         )
     out.write(f"; {report.snapshots} snapshot(s) re-stored sealed\n")
-    return 0
+    return EXIT_OK
 
 
 # ---- escalations -------------------------------------------------------------------
 
 
 def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .recovery.escalations import list_escalations, request_retry, resolve_escalation
+    from .recovery.escalations import request_retry, resolve_escalation
+    from .wal.state import fold_file
 
     if getattr(args, "esc_command", None) == "resolve":
         found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
         out.write(f"resolved {found.escalation} (saga {found.saga_id}, step {found.step})\n")
-        return 0
+        return EXIT_OK
     if getattr(args, "esc_command", None) == "retry":
         found = request_retry(_wal_path(args), args.id, note=args.note, by=args.by)
         out.write(
@@ -251,22 +348,24 @@ def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "the next `saga-recoveryd --once` (with the --import your handlers need) "
             "retries it with the same recovery token\n"
         )
-        return 0
-    items = list_escalations(_wal_path(args), include_resolved=args.all)
+        return EXIT_OK
+    fold, damages = fold_file(_wal_path(args))
+    items = fold.escalations() if args.all else fold.open_escalations()
+    code = _report_damage(damages, err, "the human queue above")
     if args.json:
         json.dump([asdict(e) for e in items], out, indent=2, default=str)
         out.write("\n")
-        return 0
+        return code
     if not items:
-        out.write("no open escalations\n")
-        return 0
+        out.write("no open escalations\n" if not args.all else "no escalations\n")
+        return code
     rows = [["ESCALATION", "SAGA", "STEP", "RAISED", "STATE", "REASON"]]
     for e in items:
         state = f"resolved by {e.resolved_by}" if e.resolved else "open"
         step = "-" if e.step is None else str(e.step)
         rows.append([e.escalation, e.saga_id, step, _ts(e.ts), state, e.reason])
     _table(rows, out)
-    return 0
+    return code
 
 
 # ---- approvals ---------------------------------------------------------------------
@@ -281,7 +380,8 @@ def _approval_state(a: ApprovalView, now: float) -> str:
 
 
 def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .approvals import decide_approval, list_approvals
+    from .approvals import decide_approval
+    from .wal.state import fold_file
 
     action = getattr(args, "apr_command", None)
     if action in ("approve", "deny"):
@@ -292,17 +392,19 @@ def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{a.decision} {a.request} (saga {a.saga_id}, step {a.step}, tool {a.tool}) "
             f"by {a.decided_by}\n"
         )
-        return 0
-    items = list_approvals(_wal_path(args), include_decided=args.all)
+        return EXIT_OK
+    fold, damages = fold_file(_wal_path(args))
     now = time.time()
+    items = fold.approvals() if args.all else fold.open_approvals(now=now)
+    code = _report_damage(damages, err, "the approval queue above")
     if args.json:
         data = [{**asdict(a), "state": _approval_state(a, now)} for a in items]
         json.dump(data, out, indent=2, default=str)
         out.write("\n")
-        return 0
+        return code
     if not items:
-        out.write("no open approval requests\n")
-        return 0
+        out.write("no open approval requests\n" if not args.all else "no approval requests\n")
+        return code
     rows = [["REQUEST", "SAGA", "STEP", "TOOL", "KWARGS", "REQUESTED", "EXPIRES", "STATE"]]
     for a in items:
         kwargs = json.dumps(a.kwargs, sort_keys=True, separators=(",", ":"), default=str)
@@ -319,10 +421,24 @@ def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ]
         )
     _table(rows, out)
-    return 0
+    return code
 
 
-# ---- mcp ---------------------------------------------------------------------------
+# ---- parser -------------------------------------------------------------------------
+
+
+def _add_decision_options(
+    p: argparse.ArgumentParser,
+    id_help: str,
+    note_help: str,
+    *,
+    by_help: str = "who decided (default: the OS user)",
+) -> None:
+    p.add_argument("id", help=id_help)
+    p.add_argument("--note", required=True, help=note_help)
+    p.add_argument("--by", default=None, help=by_help)
+    # Accepted after the action too (``approvals approve ID --wal-path P``).
+    _add_wal_path(p, dest="action_wal_path")
 
 
 def _cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -337,20 +453,6 @@ def _cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
 
 
-# ---- placeholders -------------------------------------------------------------------
-
-
-def _not_yet(name: str) -> Callable[[argparse.Namespace, TextIO, TextIO], int]:
-    def handler(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-        err.write(f"agent-saga {name}: {_NOT_YET.format(name)}\n")
-        return 2
-
-    return handler
-
-
-# ---- parser -------------------------------------------------------------------------
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``agent-saga`` argument parser.
 
@@ -360,13 +462,27 @@ def build_parser() -> argparse.ArgumentParser:
     from .wal.compaction import DEFAULT_RETAIN_SECONDS
 
     parser = argparse.ArgumentParser(
-        prog="agent-saga", description="Inspect and maintain agent-saga write-ahead logs."
+        prog="agent-saga",
+        description="Inspect and maintain agent-saga write-ahead logs.",
+        epilog="Exit codes: 0 ok, 1 the log is damaged, 2 usage or expected error, "
+        "70 a bug. Reference: docs/cli.md.",
     )
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    runs = sub.add_parser("runs", help="list sagas and their state")
+    runs = sub.add_parser(
+        "runs",
+        help="list sagas and their state",
+        description="List sagas: status (with the owner's lease: running, "
+        "'running (owner silent, orphaned in N s)', orphaned), steps, start, outcome.",
+    )
     _add_wal_path(runs)
-    runs.add_argument("--status", help="only sagas with this status (e.g. running, committed)")
+    runs.add_argument(
+        "--status",
+        choices=RUN_STATUSES,
+        metavar="STATUS",
+        help=f"only sagas with this status: {', '.join(RUN_STATUSES)}",
+    )
     runs.add_argument("--json", action="store_true", help="print one JSON document")
     runs.set_defaults(handler=_cmd_runs)
 
@@ -382,9 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_wal_path(compact)
     compact.add_argument(
         "--retain-seconds",
-        type=float,
+        type=non_negative_seconds,
         default=DEFAULT_RETAIN_SECONDS,
-        help="keep sagas that ended less than this long ago (default: 7 days)",
+        metavar="N",
+        help="keep sagas that ended less than N seconds ago (default: 7 days)",
     )
     policy = compact.add_mutually_exclusive_group()
     policy.add_argument(
@@ -416,18 +533,24 @@ def build_parser() -> argparse.ArgumentParser:
     esc.add_argument("--json", action="store_true", help="print one JSON document")
     esc.set_defaults(handler=_cmd_escalations)
     esc_sub = esc.add_subparsers(dest="esc_command", metavar="ACTION")
-    resolve = esc_sub.add_parser("resolve", help="record a human's decision on one escalation")
-    resolve.add_argument("id", help="the escalation id (esc-...)")
-    resolve.add_argument("--note", required=True, help="what was done or decided")
-    resolve.add_argument("--by", default=None, help="who decided (default: the OS user)")
-    resolve.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    retry = esc_sub.add_parser(
-        "retry", help="have saga-recoveryd try an escalated step again once its cause is fixed"
+    resolve = esc_sub.add_parser(
+        "resolve",
+        help="record a human's decision on one escalation",
+        description="Record, durably in the log, that a human dealt with an escalation.",
     )
-    retry.add_argument("id", help="the escalation id (esc-...)")
-    retry.add_argument("--note", required=True, help="what was fixed (recorded)")
-    retry.add_argument("--by", default=None, help="who asks (default: the OS user)")
-    retry.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    _add_decision_options(resolve, "the escalation id (esc-...)", "what was done or decided")
+    retry = esc_sub.add_parser(
+        "retry",
+        help="have saga-recoveryd try an escalated step again once its cause is fixed",
+        description="Record, durably in the log, that an escalated step may be retried: the "
+        "next saga-recoveryd pass runs it again with the same recovery token.",
+    )
+    _add_decision_options(
+        retry,
+        "the escalation id (esc-...)",
+        "what was fixed (recorded)",
+        by_help="who asks (default: the OS user)",
+    )
 
     apr = sub.add_parser("approvals", help="list approval requests, or approve/deny one")
     _add_wal_path(apr)
@@ -436,11 +559,15 @@ def build_parser() -> argparse.ArgumentParser:
     apr.set_defaults(handler=_cmd_approvals)
     apr_sub = apr.add_subparsers(dest="apr_command", metavar="ACTION")
     for action, verb in (("approve", "let the step run"), ("deny", "refuse the step")):
-        decide = apr_sub.add_parser(action, help=f"{verb} (recorded durably in the log)")
-        decide.add_argument("id", help="the request id (apr-...)")
-        decide.add_argument("--note", required=True, help="why; recorded with the decision")
-        decide.add_argument("--by", default=None, help="who decided (default: the OS user)")
-        decide.add_argument("--wal-path", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        decide = apr_sub.add_parser(
+            action,
+            help=f"{verb} (recorded durably in the log)",
+            description=f"{verb.capitalize()}: record the decision durably in the log.",
+        )
+        _add_decision_options(decide, "the request id (apr-...)", "why; recorded with the decision")
+
+    from .ui._cli import add_arguments as add_ui_arguments
+    from .ui._cli import run as run_ui
 
     mcp = sub.add_parser(
         "mcp",
@@ -456,20 +583,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp.set_defaults(handler=_cmd_mcp, server_command=[])
 
-    stub = sub.add_parser("ui", help="time-travel debugger (not yet implemented)")
-    stub.set_defaults(handler=_not_yet("ui"), accepts_anything=True)
+    ui = sub.add_parser("ui", help="time-travel debugger: a web page over the WAL")
+    add_ui_arguments(ui)
+    ui.set_defaults(handler=run_ui)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``agent-saga``.
-
-    Args:
-        argv: Arguments without the program name (default: ``sys.argv[1:]``).
-
-    Returns:
-        The exit code (0 ok, 1 ``wal verify`` found damage, 2 error).
-    """
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     server: list[str] = []
@@ -482,16 +602,56 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.server_command = server
         if extra and not getattr(args, "accepts_anything", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
-        return int(exc.code or 0)
+    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
+        if exc.code is None:
+            return EXIT_OK
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    other = conflicting_distribution()
+    if other is not None:
+        sys.stderr.write(conflict_message("agent-saga", other) + "\n")
+        return EXIT_USAGE
     handler: Callable[[argparse.Namespace, TextIO, TextIO], int] = args.handler
     try:
         return handler(args, sys.stdout, sys.stderr)
     except SagaError as exc:
         sys.stderr.write(f"agent-saga: error: {exc}\n")
-        return 2
-    except OSError as exc:
-        sys.stderr.write(f"agent-saga: error: {exc.strerror or exc}: {exc.filename or ''}\n")
-        return 2
+        return EXIT_USAGE
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # the environment said no (permissions, disk full, ...)
+        where = f": {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"agent-saga: error: {exc.strerror or exc}{where}\n")
+        return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``agent-saga``.
+
+    Args:
+        argv: Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 ok, 1 the log is damaged, 2 usage or expected error, 70 an
+        unexpected exception (a bug), 130 interrupted, 141 stdout closed (see the
+        module docstring).
+    """
+    try:
+        return _run(argv)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
+    except Exception as exc:
+        sys.stderr.write(bug_line("agent-saga", exc) + "\n")
+        return EXIT_BUG
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

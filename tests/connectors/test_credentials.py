@@ -124,6 +124,14 @@ def test_all_lists_the_public_names() -> None:
         "get_credential_resolver",
         "resolve_credential",
         "set_credential_resolver",
+        # the service connectors' error branch (agent_saga.connectors._common)
+        "InvalidTarget",
+        "MissingExtra",
+        "ServiceOutcomeUnknown",
+        "PaymentDeclined",
+        "ServiceError",
+        "ServiceRejected",
+        "TargetChanged",
     }
     for name in connectors.__all__:
         assert hasattr(connectors, name)

@@ -92,14 +92,15 @@ def test_killed_coding_agent_has_every_file_restored_by_the_daemon(
             assert not any(content in blob for blob in blobs)
 
 
-def test_demo_shows_rollback_refusal_and_crash_recovery() -> None:
+def test_demo_shows_rollback_refusal_and_crash_recovery(tmp_path: Path) -> None:
     demo = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py")],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "AGENT_SAGA_WAL_PATH": ""},
+        # The demo keeps its log in a temporary directory: keep that one in tmp_path.
+        env={**os.environ, "AGENT_SAGA_WAL_PATH": "", "TMPDIR": str(tmp_path)},
     )
     assert demo.returncode == 0, demo.stderr
     out = demo.stdout

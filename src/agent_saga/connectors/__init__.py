@@ -5,6 +5,9 @@ This package imports nothing outside the standard library. Each connector
 explicitly; it imports its vendor package only then and names the extra to install
 when that package is missing.
 
+The errors the service connectors raise (a branch of the ``SagaError`` tree, drawn in
+``_common``) are importable from here without any extra installed.
+
 Credentials reach connectors by reference only::
 
     from agent_saga.connectors import CredentialRef, set_credential_resolver
@@ -16,6 +19,15 @@ Credentials reach connectors by reference only::
 from __future__ import annotations
 
 from ..secrets import CredentialRef
+from ._common import (
+    InvalidTarget,
+    MissingExtra,
+    PaymentDeclined,
+    ServiceError,
+    ServiceOutcomeUnknown,
+    ServiceRejected,
+    TargetChanged,
+)
 from ._credentials import (
     CredentialResolver,
     get_credential_resolver,
@@ -26,6 +38,13 @@ from ._credentials import (
 __all__ = [
     "CredentialRef",
     "CredentialResolver",
+    "InvalidTarget",
+    "MissingExtra",
+    "PaymentDeclined",
+    "ServiceError",
+    "ServiceOutcomeUnknown",
+    "ServiceRejected",
+    "TargetChanged",
     "get_credential_resolver",
     "resolve_credential",
     "set_credential_resolver",

@@ -54,7 +54,7 @@ from .. import (
     register_handler,
     tool,
 )
-from ..wal.snapshots import SnapshotStore, fsync_dir
+from ..wal.snapshots import SnapshotStore, fsync_dir, write_fully
 
 __all__ = [
     "FileChangedConcurrently",
@@ -104,9 +104,7 @@ def _atomic_write(path: str, data: bytes, mode: int | None) -> None:
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_fully(fd, data)
         if mode is not None:
             os.fchmod(fd, mode)
         os.fsync(fd)
@@ -358,9 +356,7 @@ def _append(path: str, sha256: str) -> str:
     data = store.get(saga_id, sha256)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_fully(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

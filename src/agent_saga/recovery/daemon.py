@@ -42,6 +42,7 @@ from ..wal.lease import LeaseTable, sidecar_dir
 from ..wal.reader import Damage, Record, scan
 from ..wal.state import RetryView, SagaFold, SagaView, StepView
 from ..wal.writer import WALWriter, open_writer
+from .liveness import Liveness, liveness
 from .locks import FileLock, Lock
 
 __all__ = ["PassReport", "RecoveryDaemon"]
@@ -209,13 +210,13 @@ class RecoveryDaemon:
             return
         if view.owner and not LeaseTable(self.wal_path).is_expired(view.owner, now):
             self._report.skipped_live += 1
-            self._emit("skipped-live", saga=saga_id, owner=view.owner)
+            self._emit("skipped-live", saga=saga_id, owner=view.owner, **self._expiry(view, now))
             return
         if not view.owner and (view.last_ts is None or now - view.last_ts < self.claim_seconds):
             # No saga_begin (lost to damage): its owner's liveness is unknown. Wait
             # until the saga has been silent for a whole claim period.
             self._report.skipped_live += 1
-            self._emit("skipped-unowned", saga=saga_id)
+            self._emit("skipped-unowned", saga=saga_id, **self._expiry(view, now))
             return
         lock_token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
         if lock_token is None:
@@ -228,6 +229,41 @@ class RecoveryDaemon:
                 self._resolve(saga_id, fence)
         finally:
             self._lock.release(saga_id, lock_token)
+
+    def _liveness(self, view: SagaView, now: float) -> Liveness:
+        lease = LeaseTable(self.wal_path).get(view.owner) if view.owner else None
+        return liveness(view, lease, now, unowned_grace=self.claim_seconds)
+
+    def _expiry(self, view: SagaView, now: float) -> dict[str, Any]:
+        """``lease_expires`` / ``orphaned_in`` for a skip event (None when unknown)."""
+        live = self._liveness(view, now)
+        return {
+            "lease_expires": live.lease_expires,
+            "orphaned_in": None if live.orphaned_in is None else round(live.orphaned_in, 3),
+        }
+
+    def waiting_for_owners(self) -> dict[str, float | None]:
+        """Sagas a pass would skip now because an owner may still be alive.
+
+        Reads what was appended since the last call, then judges every non-terminal
+        saga as :meth:`run_once` would: those whose owner holds a live lease, or
+        whose owner is unknown and which have not been silent for a claim period.
+        Sagas with an unexpired daemon claim are not included (a daemon is at work).
+
+        Returns:
+            Saga id -> seconds until a pass may take it over (None: cannot be judged,
+            an ownerless saga whose records carry no time).
+        """
+        self.catch_up()
+        now = time.time()
+        waiting: dict[str, float | None] = {}
+        for view in self._fold.non_terminal():
+            live = self._liveness(view, now)
+            if live.claimed_by is not None:
+                continue
+            if live.status != "orphaned":
+                waiting[view.saga_id] = live.orphaned_in
+        return waiting
 
     def _claim(self, saga_id: str, *, renew_fence: int | None = None) -> int | None:
         """Claim (or renew our claim on) ``saga_id`` atomically; return the fence."""

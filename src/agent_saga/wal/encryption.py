@@ -59,8 +59,8 @@ class AesGcmEncryptor:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:
             raise SagaUsageError(
-                "WAL encryption needs the 'cryptography' package: "
-                "pip install 'agent-saga[encryption]'"
+                "WAL encryption needs the 'encryption' extra: "
+                "pip install 'sagaops-agent-saga[encryption]'"
             ) from None
         self._aead: Any = AESGCM(key)
         self._key_id = key_id(key)

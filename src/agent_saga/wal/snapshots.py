@@ -61,6 +61,7 @@ __all__ = [
     "SnapshotMissing",
     "SnapshotStore",
     "fsync_dir",
+    "write_fully",
 ]
 
 
@@ -105,6 +106,18 @@ class GcReport:
     kept_escalated: list[str] = field(default_factory=list)
     kept_unknown: list[str] = field(default_factory=list)
     bytes_freed: int = 0
+
+
+def write_fully(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``, looping over short writes.
+
+    Args:
+        fd: An open file descriptor.
+        data: The bytes.
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -257,9 +270,7 @@ class SnapshotStore:
         tmp = target.parent / f".tmp-{secrets.token_hex(8)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_fully(fd, data)
             os.fsync(fd)
         except BaseException:
             os.close(fd)

@@ -42,6 +42,7 @@ from .format import (
     header_prefix_plausible,
 )
 from .records import LOG_HEADER, TAIL_REPAIRED
+from .snapshots import write_fully
 
 __all__ = [
     "KEY_CHECK",
@@ -201,9 +202,7 @@ def repair_torn_tail(fd: int, path: str, tail: TailState) -> tuple[bytes, str]:
     name = f"{tail.end}-{int(time.time())}-{uuid.uuid4().hex[:8]}.bin"
     out = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out, view) :]
+        write_fully(out, data)
         os.fsync(out)
     finally:
         os.close(out)

@@ -33,6 +33,7 @@ from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
 from .records import ESCALATED
+from .snapshots import write_fully
 from .tail import check_mode, find_end, header_record, read_mode, repair_record, repair_torn_tail
 
 __all__ = [
@@ -651,9 +652,7 @@ class WALWriter:
             os.close(old)
         if mode.encrypted is None:
             # Not through the test seam (self._io): opening a log is not a batch.
-            data = memoryview(header_record(self._encryptor) + self._check_tail_locked())
-            while data:
-                data = data[os.write(self._fd, data) :]
+            write_fully(self._fd, header_record(self._encryptor) + self._check_tail_locked())
             os.fsync(self._fd)
             self._known_end = os.fstat(self._fd).st_size
 

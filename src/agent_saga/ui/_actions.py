@@ -1,0 +1,103 @@
+"""State-changing API calls: resolve an escalation, decide an approval request.
+
+Both write exactly what the CLI writes, through the same functions
+(:func:`agent_saga.recovery.escalations.resolve_escalation`,
+:func:`agent_saga.approvals.decide_approval`), after checking the operator's input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ..errors import SagaUsageError
+from ..secrets import find_secrets, redact
+from ._api import ApiError, _text
+from ._index import WalIndex
+
+__all__ = ["MAX_BY", "MAX_NOTE", "decide", "resolve"]
+
+MAX_NOTE: Final = 4000
+MAX_BY: Final = 100
+
+
+def _note_and_by(body: Mapping[str, Any], default_by: str) -> tuple[str, str]:
+    note = body.get("note")
+    if not isinstance(note, str) or not note.strip():
+        raise ApiError(400, "a note is required: say what was done or decided")
+    if len(note) > MAX_NOTE:
+        raise ApiError(400, f"the note is limited to {MAX_NOTE} characters")
+    by = body.get("by")
+    if by is None or (isinstance(by, str) and not by.strip()):
+        by = default_by
+    if not isinstance(by, str) or len(by) > MAX_BY or not by.isprintable():
+        raise ApiError(400, f"'by' must be a printable name of at most {MAX_BY} characters")
+    for text, what in ((note, "note"), (by, "name")):
+        found = find_secrets(text)
+        if found:
+            raise ApiError(
+                400,
+                f"the {what} looks like it contains a credential ({found[0].kind}); "
+                "the log must never hold one: describe it instead",
+            )
+    return note, by.strip()
+
+
+def resolve(
+    index: WalIndex, escalation: str, body: Mapping[str, Any], *, default_by: str, encryptor: Any
+) -> dict[str, Any]:
+    """``POST /api/v1/escalations/<id>/resolve`` ``{"note", "by"?}``.
+
+    Writes exactly what ``agent-saga escalations resolve ID --note N [--by B]`` writes
+    (:func:`agent_saga.recovery.escalations.resolve_escalation`).
+
+    Raises:
+        ApiError: 400 without a note; 409 when the escalation is not open.
+    """
+    from ..recovery.escalations import resolve_escalation
+
+    note, by = _note_and_by(body, default_by)
+    try:
+        e = resolve_escalation(index.path, escalation, note=note, by=by, encryptor=encryptor)
+    except SagaUsageError as exc:
+        raise ApiError(409, str(redact(str(exc)))) from exc
+    index.refresh()
+    return {"resolved": e.escalation, "saga": _text(e.saga_id), "step": e.step, "by": by}
+
+
+def decide(
+    index: WalIndex, request: str, body: Mapping[str, Any], *, default_by: str, encryptor: Any
+) -> dict[str, Any]:
+    """``POST /api/v1/approvals/<id>/decide`` ``{"decision": "approve"|"deny", "note", "by"?}``.
+
+    Writes exactly what ``agent-saga approvals approve|deny ID --note N [--by B]``
+    writes (:func:`agent_saga.approvals.decide_approval`).
+
+    Raises:
+        ApiError: 400 for a bad decision or no note; 409 when the request is not open.
+    """
+    from ..approvals import decide_approval
+
+    decision = body.get("decision")
+    if decision not in ("approve", "deny"):
+        raise ApiError(400, "decision must be 'approve' or 'deny'")
+    note, by = _note_and_by(body, default_by)
+    try:
+        a = decide_approval(
+            index.path,
+            request,
+            approve=decision == "approve",
+            note=note,
+            by=by,
+            encryptor=encryptor,
+        )
+    except SagaUsageError as exc:
+        raise ApiError(409, str(redact(str(exc)))) from exc
+    index.refresh()
+    return {
+        "request": a.request,
+        "decision": a.decision,
+        "saga": _text(a.saga_id),
+        "step": a.step,
+        "by": by,
+    }

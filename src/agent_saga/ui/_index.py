@@ -1,0 +1,542 @@
+"""The UI's view of one WAL: a small summary per saga, tailed incrementally (no HTTP).
+
+Memory grows with the number of sagas, not with the size of the log:
+
+* live sagas are held in full by a :class:`~agent_saga.wal.state.SagaFold` that
+  forgets terminal sagas (the recovery daemon's fold);
+* every saga, live or ended, has one :class:`SagaSummary` (id, name, status inputs,
+  counts, tool names, and the first and last offsets of its records);
+* the detail of a saga (every record, the time-travel deltas) is read back on
+  demand by scanning from its first to its last offset, and only the few most
+  recently looked-at details are cached.
+
+The log is tailed from the offset where the last read stopped, like the daemon's
+``catch_up``: a changed inode or a file shorter than that offset means compaction
+replaced it, and the index is rebuilt from offset 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from array import array
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..wal import records as R
+from ..wal.lease import LeaseTable
+from ..wal.reader import Damage, Decryptor, Record, scan
+from ..wal.state import SagaFold, SagaView
+
+__all__ = [
+    "STATUSES",
+    "IndexStats",
+    "SagaDetail",
+    "SagaSummary",
+    "WalIndex",
+]
+
+#: The statuses the UI sorts every saga into, in the order the sidebar shows them.
+STATUSES: Final = (
+    "in_flight",
+    "recovering",
+    "orphaned",
+    "failed",
+    "escalated",
+    "recovered",
+    "rolled_back",
+    "committed",
+)
+
+MAX_DAMAGES: Final = 1000
+MAX_TOOLS: Final = 16
+MAX_DETAIL_RECORDS: Final = 50_000
+DETAIL_CACHE: Final = 8
+#: A saga without ``saga_begin`` (lost to damage) counts as orphaned after this silence.
+UNOWNED_GRACE_SECONDS: Final = 60.0
+
+_intern = sys.intern
+
+
+class SagaSummary:
+    """What the index keeps about every saga (small and fixed-size).
+
+    Attributes:
+        saga_id / name / owner: From ``saga_begin`` (name and owner None without one).
+        first_offset / last_offset: Offsets of the saga's first and last record
+            (an ``escalation_resolved`` of one of its escalations counts as its record).
+        records: How many records belong to it.
+        started / last_ts / ended: Wall-clock seconds.
+        outcome / ended_by: From ``saga_end``.
+        claimed: A recovery daemon claimed it at least once.
+        failed: A compensation failed for good (``compensation_failed`` final).
+        steps: Per-state step counts, frozen when the saga ended (None while live).
+        tools: Up to :data:`MAX_TOOLS` distinct tool names, for search.
+        escalations: Its escalation ids.
+    """
+
+    __slots__ = (
+        "claimed",
+        "ended",
+        "ended_by",
+        "escalations",
+        "failed",
+        "first_offset",
+        "last_offset",
+        "last_ts",
+        "name",
+        "outcome",
+        "owner",
+        "records",
+        "saga_id",
+        "started",
+        "steps",
+        "tools",
+    )
+
+    def __init__(self, saga_id: str, offset: int) -> None:
+        self.saga_id = saga_id
+        self.name: str | None = None
+        self.owner: str | None = None
+        self.first_offset = offset
+        self.last_offset = offset
+        self.records = 0
+        self.started: float | None = None
+        self.last_ts: float | None = None
+        self.ended: float | None = None
+        self.outcome: str | None = None
+        self.ended_by: str | None = None
+        self.claimed = False
+        self.failed = False
+        self.steps: tuple[tuple[str, int], ...] | None = None
+        self.tools: tuple[str, ...] = ()
+        self.escalations: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class SagaDetail:
+    """One saga read back from the log, for the inspector and time travel.
+
+    Attributes:
+        view: The saga folded from its own records only.
+        records: ``(offset, record)`` in log order.
+        deltas: Per record: the step it touched (or None), that step's state and the
+            saga's status right after it — what time travel replays.
+        truncated: More than :data:`MAX_DETAIL_RECORDS` records; the rest are left out.
+        damages: Damaged regions inside the saga's span of the log.
+    """
+
+    view: SagaView
+    records: list[tuple[int, dict[str, Any]]]
+    deltas: list[tuple[int | None, str | None, str]]
+    truncated: bool
+    damages: list[Damage] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class IndexStats:
+    """Counters of the index (``/api/v1/meta``)."""
+
+    size: int = 0
+    offset: int = 0
+    records: int = 0
+    generation: int = 0
+    loading: bool = True
+    rebuilds: int = 0
+    error: str | None = None
+
+
+class WalIndex:
+    """A thread-safe, incrementally tailed index of one WAL file.
+
+    Args:
+        path: The WAL file (it may not exist yet; it is read once it does).
+        decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``, on first use).
+    """
+
+    def __init__(self, path: str, *, decryptor: Decryptor | None = None) -> None:
+        self.path = path
+        self._decryptor = decryptor
+        self._lock = threading.RLock()
+        self._details: OrderedDict[str, tuple[tuple[int, int], SagaDetail]] = OrderedDict()
+        self._reset()
+        self.stats.loading = True
+
+    # -- state --------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._fold = SagaFold(forget_terminal=True)
+        self._sagas: dict[str, SagaSummary] = {}
+        self._order: list[str] = []  # saga ids by first offset (== insertion order)
+        self._firsts = array("q")
+        # Many sagas share a name, a tool list and step counts: keep one copy of each.
+        self._shared: dict[Any, Any] = {}
+        self._esc_saga: dict[str, str] = {}
+        self._damages: list[Damage] = []
+        self._damage_count = 0
+        self._torn: Damage | None = None
+        self._inode: int | None = None
+        self._offset = 0
+        self._details.clear()
+        self._status_cache: dict[str, str] = {}
+        self._status_generation = -1
+        old = getattr(self, "stats", None)
+        self.stats = IndexStats(rebuilds=0 if old is None else old.rebuilds)
+
+    # -- tailing ------------------------------------------------------------------
+
+    def refresh(self, *, max_records: int | None = None) -> int:
+        """Read what was appended since the last call.
+
+        Args:
+            max_records: Stop after this many records (the rest is read next time);
+                lets a huge log load in slices while the server already answers.
+
+        Returns:
+            How many new records were read.
+
+        Raises:
+            WALKeyMissing: the log is encrypted and no key is configured.
+            WALAuthenticationFailed: a record failed authentication (wrong key).
+        """
+        with self._lock:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                if self._inode is not None:  # removed: start again when it reappears
+                    rebuilds = self.stats.rebuilds + 1
+                    self._reset()
+                    self.stats.rebuilds = rebuilds
+                self.stats.loading = False
+                return 0
+            if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._offset):
+                rebuilds = self.stats.rebuilds + 1
+                self._reset()  # compacted: every offset moved
+                self.stats.rebuilds = rebuilds
+            self._inode = st.st_ino
+            self.stats.size = st.st_size
+            n = 0
+            self._torn = None
+            items = scan(self.path, start=self._offset, decryptor=self._decryptor)
+            try:
+                for item in items:
+                    if isinstance(item, Record):
+                        self._apply(item)
+                        n += 1
+                        if max_records is not None and n >= max_records:
+                            break
+                    elif item.kind == "torn_tail":
+                        self._torn = item  # maybe a write in progress: re-read next time
+                    else:
+                        self._add_damage(item)
+                        self._offset = item.offset + item.length
+            finally:
+                close = getattr(items, "close", None)
+                if close is not None:
+                    close()
+            self.stats.offset = self._offset
+            if n:
+                self.stats.generation += 1
+            self.stats.loading = max_records is not None and n >= max_records
+            return n
+
+    def _add_damage(self, d: Damage) -> None:
+        if any(x.offset == d.offset for x in self._damages[-8:]):
+            return
+        self._damage_count += 1
+        self.stats.generation += 1
+        if len(self._damages) < MAX_DAMAGES:
+            self._damages.append(d)
+
+    def _apply(self, item: Record) -> None:
+        data, off = item.data, item.offset
+        self._offset = item.end
+        if data.get("type") in R.META_TYPES:  # about the file (header, tail repair)
+            self._fold.apply(data, off)
+            return
+        self.stats.records += 1
+        rtype = data.get("type")
+        saga_id = data.get("saga")
+        ts = data.get("ts")
+        ts = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
+        if rtype == R.ESCALATION_RESOLVED:
+            owner_saga = self._esc_saga.get(str(data.get("escalation")))
+            if owner_saga is not None:
+                self._touch(self._sagas[owner_saga], off, ts)
+            self._fold.apply(data, off)
+            return
+        if not isinstance(saga_id, str):
+            self._fold.apply(data, off)  # counted as an anomaly there
+            return
+        s = self._sagas.get(saga_id)
+        if s is None:
+            saga_id = _intern(saga_id)
+            s = self._sagas[saga_id] = SagaSummary(saga_id, off)
+            self._order.append(saga_id)
+            self._firsts.append(off)
+        data["saga"] = s.saga_id  # the fold keeps this very string: one copy per saga
+        self._touch(s, off, ts)
+        if rtype == R.SAGA_BEGIN:
+            name, owner = data.get("name"), data.get("owner")
+            s.name = self._share(name) if isinstance(name, str) else None
+            s.owner = _intern(owner) if isinstance(owner, str) else None
+            s.started = ts
+        elif rtype in (R.INTENT, R.GATE, R.APPROVAL_REQUESTED):
+            t = data.get("tool")
+            if isinstance(t, str) and t not in s.tools and len(s.tools) < MAX_TOOLS:
+                s.tools = self._share((*s.tools, _intern(t)))
+        elif rtype == R.CLAIM:
+            s.claimed = True
+        elif rtype == R.COMPENSATION_FAILED and data.get("final") is True:
+            s.failed = True
+        elif rtype == R.ESCALATED:
+            eid = data.get("escalation")
+            if isinstance(eid, str):
+                self._esc_saga[eid] = s.saga_id
+                if eid not in s.escalations:
+                    s.escalations = (*s.escalations, eid)
+        elif (
+            rtype == R.SAGA_END and s.outcome is None and data.get("outcome") in R.TERMINAL_OUTCOMES
+        ):
+            view = self._fold.get(saga_id)
+            if view is not None and not view.forgotten:
+                s.steps = self._share(_state_counts(view))
+            s.outcome = _intern(str(data["outcome"]))
+            by = data.get("by")
+            s.ended_by = _intern(by) if isinstance(by, str) else None
+            s.ended = ts
+        self._fold.apply(data, off)
+
+    def _share(self, value: Any) -> Any:
+        if len(self._shared) > 100_000:  # bounded: past this, copies are kept
+            return value
+        return self._shared.setdefault(value, value)
+
+    @staticmethod
+    def _touch(s: SagaSummary, off: int, ts: float | None) -> None:
+        s.records += 1
+        s.last_offset = max(s.last_offset, off)
+        if ts is not None:
+            s.last_ts = ts
+            if s.started is None:
+                s.started = ts
+
+    # -- reading ------------------------------------------------------------------
+
+    @property
+    def damages(self) -> tuple[list[Damage], int]:
+        """``(damages kept, damages seen)``, plus a torn tail at the end of the file."""
+        with self._lock:
+            out = list(self._damages)
+            count = self._damage_count
+            if self._torn is not None:
+                out.append(self._torn)
+                count += 1
+            return out, count
+
+    @property
+    def repairs(self) -> list[dict[str, Any]]:
+        """``tail_repaired`` records: torn tails a writer cut off after a crash (not damage)."""
+        with self._lock:
+            return list(self._fold.repairs)
+
+    @property
+    def anomaly_count(self) -> int:
+        """How many records the fold could not use (unknown type, malformed, late)."""
+        return self._fold.anomaly_count
+
+    def summary(self, saga_id: str) -> SagaSummary | None:
+        """Return the summary of ``saga_id``, or None when the log never mentioned it."""
+        with self._lock:
+            return self._sagas.get(saga_id)
+
+    def saga_count(self) -> int:
+        """How many sagas the log mentions."""
+        return len(self._sagas)
+
+    def live_view(self, saga_id: str) -> SagaView | None:
+        """The fold's live view of a non-terminal saga (None once it ended)."""
+        with self._lock:
+            v = self._fold.get(saga_id)
+            return None if v is None or v.forgotten else v
+
+    def step_counts(self, s: SagaSummary) -> tuple[tuple[str, int], ...]:
+        """Per-state step counts of a saga (frozen at its end, live before)."""
+        if s.steps is not None:
+            return s.steps
+        v = self.live_view(s.saga_id)
+        return () if v is None else _state_counts(v)
+
+    def newest_first(self, before: int | None = None) -> Iterator[SagaSummary]:
+        """Yield sagas newest first (by first offset), from just before ``before``.
+
+        Args:
+            before: A first offset (a page cursor); None starts at the newest saga.
+        """
+        with self._lock:
+            order, sagas = self._order, self._sagas
+            end = len(order) if before is None else bisect_left(self._firsts, before)
+            ids = order[:end]
+        for sid in reversed(ids):
+            s = sagas.get(sid)
+            if s is not None:
+                yield s
+
+    def status(self, s: SagaSummary, now: float | None = None) -> str:
+        """The UI status of a saga (one of :data:`STATUSES`).
+
+        Ended sagas: ``committed`` (``escalated`` if a late escalation is open),
+        ``failed`` (a compensation failed for good), ``escalated``, ``recovered`` (a
+        daemon rolled it back) or ``rolled_back``. Live ones: ``recovering`` while a
+        daemon's claim is unexpired, ``in_flight`` while the owner's lease is live
+        (or, without an owner, for :data:`UNOWNED_GRACE_SECONDS`), else ``orphaned``.
+        """
+        t = time.time() if now is None else now
+        if s.outcome is not None:
+            with self._lock:
+                if self._status_generation != self.stats.generation:
+                    self._status_cache.clear()
+                    self._status_generation = self.stats.generation
+                cached = self._status_cache.get(s.saga_id)
+                if cached is None:
+                    cached = self._status_cache[s.saga_id] = self._ended_status(s)
+                return cached
+        v = self.live_view(s.saga_id)
+        claim = None if v is None else v.claim
+        if claim is not None and claim.expires > t:
+            return "recovering"
+        if s.owner:
+            if not LeaseTable(self.path).is_expired(s.owner, t):
+                return "in_flight"
+            return "orphaned"
+        if s.last_ts is not None and t - s.last_ts < UNOWNED_GRACE_SECONDS:
+            return "in_flight"
+        return "orphaned"
+
+    def _ended_status(self, s: SagaSummary) -> str:
+        if s.failed:
+            return "failed"
+        if s.outcome == "committed":
+            if any(not e.resolved for e in self._open_escalations_of(s)):
+                return "escalated"
+            return "committed"
+        if s.outcome == "escalated":
+            return "escalated"
+        return "recovered" if s.claimed else "rolled_back"
+
+    def _open_escalations_of(self, s: SagaSummary) -> list[Any]:
+        if not s.escalations:
+            return []
+        mine = set(s.escalations)
+        return [e for e in self._fold.open_escalations() if e.escalation in mine]
+
+    def escalations(self) -> list[Any]:
+        """Every escalation still held: all open ones, and resolved ones of live sagas."""
+        with self._lock:
+            return self._fold.escalations()
+
+    def approvals(self) -> list[Any]:
+        """Every approval request of a live saga (open, decided or expired)."""
+        with self._lock:
+            return self._fold.approvals()
+
+    # -- detail -------------------------------------------------------------------
+
+    def detail(self, saga_id: str) -> SagaDetail | None:
+        """Read one saga back from the log (cached until it gets new records).
+
+        Args:
+            saga_id: The saga's id.
+
+        Returns:
+            Its detail, or None when the log never mentioned it.
+
+        Raises:
+            WALKeyMissing / WALAuthenticationFailed: as for :meth:`refresh`.
+        """
+        for _ in range(3):
+            with self._lock:
+                s = self._sagas.get(saga_id)
+                if s is None:
+                    return None
+                key = (s.last_offset, s.records)
+                cached = self._details.get(saga_id)
+                if cached is not None and cached[0] == key:
+                    self._details.move_to_end(saga_id)
+                    return cached[1]
+                inode = self._inode
+                first, last = s.first_offset, s.last_offset
+                escalations = frozenset(s.escalations)
+            got = self._read_detail(saga_id, first, last, escalations)
+            try:
+                same_file = os.stat(self.path).st_ino == inode
+            except FileNotFoundError:
+                same_file = False
+            if not same_file:  # compacted while we read: offsets moved
+                self.refresh()
+                continue
+            with self._lock:
+                self._details[saga_id] = (key, got)
+                self._details.move_to_end(saga_id)
+                while len(self._details) > DETAIL_CACHE:
+                    self._details.popitem(last=False)
+            return got
+        return None
+
+    def _read_detail(
+        self, saga_id: str, first: int, last: int, escalations: frozenset[str]
+    ) -> SagaDetail:
+        fold = SagaFold()
+        records: list[tuple[int, dict[str, Any]]] = []
+        deltas: list[tuple[int | None, str | None, str]] = []
+        damages: list[Damage] = []
+        truncated = False
+        items = scan(self.path, start=first, decryptor=self._decryptor)
+        try:
+            for item in items:
+                if item.offset > last:
+                    break
+                if isinstance(item, Damage):
+                    damages.append(item)
+                    continue
+                data = item.data
+                mine = data.get("saga") == saga_id or (
+                    data.get("type") == R.ESCALATION_RESOLVED
+                    and data.get("escalation") in escalations
+                )
+                if not mine:
+                    continue
+                if len(records) >= MAX_DETAIL_RECORDS:
+                    truncated = True
+                    break
+                fold.apply(data, item.offset)
+                records.append((item.offset, data))
+                view = fold.get(saga_id)
+                step = data.get("step")
+                if not isinstance(step, int) or isinstance(step, bool):
+                    step = None
+                state = None
+                status = "running"
+                if view is not None:
+                    status = view.status
+                    if step is not None and step in view.steps:
+                        state = view.steps[step].state
+                deltas.append((step, state, status))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+        view = fold.get(saga_id) or SagaView(saga_id)
+        return SagaDetail(view, records, deltas, truncated, damages)
+
+
+def _state_counts(v: SagaView) -> tuple[tuple[str, int], ...]:
+    counts: dict[str, int] = {}
+    for st in v.steps.values():
+        counts[st.state] = counts.get(st.state, 0) + 1
+    return tuple(sorted((_intern(k), n) for k, n in counts.items()))

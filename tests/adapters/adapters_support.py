@@ -1,0 +1,44 @@
+"""Helpers of the adapter tests: read the WAL, run the CLI, spawn children."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HERE", "child_env", "cli", "records", "runs_json"]
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parents[1] / "src"
+
+
+def records(wal: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """The WAL's records (of one type), in order."""
+    from agent_saga.wal.reader import Record, scan
+
+    out = [item.data for item in scan(wal) if isinstance(item, Record)]
+    return [r for r in out if kind is None or r["type"] == kind]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real ``agent-saga`` console script."""
+    exe = Path(sys.executable).with_name("agent-saga")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+
+
+def runs_json(wal: str) -> list[dict[str, Any]]:
+    """``agent-saga runs --json`` of the WAL."""
+    done = cli("runs", "--wal-path", wal, "--json")
+    assert done.returncode == 0, done.stderr
+    result: list[dict[str, Any]] = json.loads(done.stdout)
+    return result
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a child agent process or a daemon (imports the test modules)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")])
+    return env

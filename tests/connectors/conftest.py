@@ -1,0 +1,188 @@
+"""Fixtures for the service connectors: a fresh PostgreSQL database per test module,
+localstripe in a subprocess, the Salesforce fake in a thread."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the fakes beside this file
+
+from fixture_values import SF_TOKEN, STRIPE_TEST_KEY  # noqa: E402
+
+
+def _pg_server() -> str:
+    # The ``service`` fixture's rule, for a module-scoped fixture: skip with the hint
+    # outside CI; under CI=true the skip fails the run (tests/conftest.py).
+    url = os.environ.get("AGENT_SAGA_TEST_PG")
+    if not url:
+        pytest.skip(
+            "AGENT_SAGA_TEST_PG is not set: run `make test`, or `.venv/bin/python "
+            "scripts/testenv run --only postgres -- .venv/bin/python -m pytest`, which "
+            "start PostgreSQL on 127.0.0.1"
+        )
+    return url
+
+
+@pytest.fixture(scope="module")
+def pg_dsn() -> Iterator[str]:
+    """A database of its own for this test module, dropped afterwards."""
+    import psycopg
+
+    server = _pg_server()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = server.rpartition("/")
+    yield f"{base}/{name}"
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg(pg_dsn: str) -> Iterator[object]:
+    """An autocommit connection to the module's database (the test's own view of it)."""
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        yield c
+
+
+# ---- Stripe: localstripe in a subprocess -----------------------------------------------
+
+
+@dataclass
+class LocalStripe:
+    """The running localstripe: its base URL and an SDK client for counting effects."""
+
+    base: str
+    home: str
+
+    def client(self) -> Any:
+        import stripe
+
+        return stripe.StripeClient(STRIPE_TEST_KEY, base_addresses={"api": self.base})
+
+    def refunds(self, charge: str) -> list[Any]:
+        """The refunds Stripe holds for ``charge`` (a ``ch_…`` id)."""
+        return list(self.client().v1.refunds.list(params={"charge": charge}).data)
+
+    def fail_next(self, path: str) -> None:
+        """Make the next POST to ``path`` take effect, then answer 500."""
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.base}/_test/fail_next?path={path}", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            assert answer.status == 204
+
+    def card(self, number: str = "4242424242424242") -> str:
+        """A fresh ``pm_…`` for the card ``number`` (4000000000000341 is declined)."""
+        card = {"number": number, "exp_month": 12, "exp_year": 2030, "cvc": "123"}
+        pm = self.client().v1.payment_methods.create(params={"type": "card", "card": card})
+        return str(pm.id)
+
+
+@pytest.fixture(scope="session")
+def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStripe]:
+    """localstripe (with the idempotency / already-refunded shim) on 127.0.0.1."""
+    pytest.importorskip("localstripe")
+    home = tmp_path_factory.mktemp("stripe-home")
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "stripe_server.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(home), "TMPDIR": str(home)},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise RuntimeError(f"localstripe did not start: {err}")
+        port = json.loads(line)["port"]
+        yield LocalStripe(f"http://127.0.0.1:{port}", str(home))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStripe]:
+    """A cleared localstripe; this process points the connector at it and resolves the
+    ``stripe`` reference."""
+    import urllib.request
+
+    from agent_saga.connectors import _stripe_io, set_credential_resolver
+
+    flush = urllib.request.Request(f"{localstripe.base}/_config/data", method="DELETE")
+    with urllib.request.urlopen(flush, timeout=10) as answer:
+        assert answer.status == 200
+
+    monkeypatch.setenv("HOME", localstripe.home)
+    monkeypatch.setenv("STRIPE_API_BASE", localstripe.base)
+    monkeypatch.setitem(_stripe_io._settings, "api_base", None)  # restored afterwards
+    monkeypatch.setitem(_stripe_io._settings, "max_network_retries", 0)
+    previous = set_credential_resolver({"stripe": STRIPE_TEST_KEY}.__getitem__)
+    yield localstripe
+    set_credential_resolver(previous)
+
+
+# ---- Salesforce: the HTTPS fake in a thread ----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The Salesforce fake (HTTPS, self-signed cert) for the whole run."""
+    pytest.importorskip("cryptography")
+    from salesforce_fake import FakeSalesforce
+
+    fake = FakeSalesforce(tmp_path_factory.mktemp("salesforce"), SF_TOKEN)
+    yield fake
+    fake.close()
+
+
+def sf_session_factory(cert: str) -> Any:
+    """Sessions that trust the fake's certificate and ignore REQUESTS_CA_BUNDLE & co."""
+
+    def make() -> Any:
+        import requests
+
+        s = requests.Session()
+        s.trust_env = False  # the environment's CA bundle would override verify=
+        s.verify = cert
+        return s
+
+    return make
+
+
+@pytest.fixture
+def sf(sf_server: Any) -> Iterator[Any]:
+    """This process's connector points at the fake and resolves the ``sf`` reference."""
+    from agent_saga.connectors import salesforce, set_credential_resolver
+
+    salesforce.configure(
+        instance_url=sf_server.url,
+        api_version="59.0",
+        session_factory=sf_session_factory(str(sf_server.cert)),
+    )
+    previous = set_credential_resolver({"sf": SF_TOKEN}.__getitem__)
+    yield sf_server
+    set_credential_resolver(previous)

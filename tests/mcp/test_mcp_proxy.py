@@ -12,9 +12,20 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mcp_rig import POLICY, Rig, pid_alive, structured, text, wait_for
+from mcp_rig import BIN, POLICY, Raw, Rig, pid_alive, structured, text, wait_for
 
 pytestmark = pytest.mark.slow
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "1"},
+    },
+}
 
 
 async def test_tools_list_shows_declared_tools_unchanged_and_hides_undeclared_ones(
@@ -209,3 +220,40 @@ async def test_irreversible_call_waits_for_a_human_who_denies_then_approves(rig:
     steps = rig.runs()[0]["steps"]
     assert [s["state"] for s in steps] == ["refused", "committed"]
     assert "approvals approve apr-" in rig.stderr()  # the proxy says how to answer
+
+
+def test_a_session_that_ends_while_a_call_awaits_approval_rolls_back_and_exits(
+    rig: Rig,
+) -> None:
+    policy = rig.policy(
+        POLICY.replace('approver = "deny"', 'approver = "queue"\napproval_timeout_seconds = 600')
+    )
+
+    def requested() -> bool:
+        out = rig.cli("approvals", "--wal-path", rig.wal, "--json")
+        return out.returncode == 0 and bool(json.loads(out.stdout))
+
+    def call(rid: int, name: str, arguments: dict[str, object]) -> dict[str, object]:
+        params = {"name": name, "arguments": arguments}
+        return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+    peer = Raw([str(BIN / "agent-saga"), *rig.proxy_args(policy)], rig, "proxy")
+    try:
+        peer.send(INIT)
+        peer.answers([0])
+        peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        peer.send(call(1, "charge", {"customer": "c1", "amount": 10}))
+        peer.answers([1])
+        peer.send(call(2, "send_email", {"to": "a@b.c", "body": "x"}))
+        wait_for(requested, what="the approval request")
+    finally:
+        # The client goes away with the call in flight: the proxy rolls back and
+        # exits, without waiting out the 600 s the approval queue would wait.
+        peer.close()
+    assert peer.proc.returncode == 0
+    assert rig.ops("email") == []
+    assert len(rig.ops("refund")) == 1
+    [run] = rig.runs()
+    assert run["outcome"] == "rolled_back"
+    out = rig.cli("approvals", "--wal-path", rig.wal, "--all", "--json")
+    assert [a["state"] for a in json.loads(out.stdout)] == ["saga ended"]

@@ -31,6 +31,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -129,21 +130,43 @@ class RefuseUndeclared:
 
 
 class _Announcing:
-    """The approver, saying first (on stderr) which command answers the request."""
+    """The approval queue, saying first (on stderr) which command answers the request.
+
+    The queue blocks while it waits for a human; it runs in a daemon thread of its
+    own rather than the loop's default executor, so that a session that ends (and
+    cancels the waiting call) exits at once instead of waiting out the queue's
+    timeout. The queue then records the abandoned request as it always does.
+    """
 
     def __init__(self, inner: Approver, wal_path: str) -> None:
         self._inner = inner
         self._wal = wal_path
         self.name = getattr(inner, "name", "approver")
 
-    def __call__(self, request: ApprovalRequest) -> Any:
+    async def __call__(self, request: ApprovalRequest) -> Any:
         rid = R.approval_id(request.saga_id, request.step)
         _say(
             f"{request.tool!r} is IRREVERSIBLE and waits for a human: "
             f"agent-saga approvals approve {rid} --note '...' --wal-path {self._wal} "
             f"(or deny)"
         )
-        return self._inner(request)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if not answer.done():
+                (answer.set_result if ok else answer.set_exception)(value)
+
+        def wait() -> None:
+            try:
+                outcome: tuple[bool, Any] = (True, self._inner(request))
+            except BaseException as exc:  # handed to the gate, which fails closed
+                outcome = (False, exc)
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(settle, *outcome)
+
+        threading.Thread(target=wait, name="agent-saga-approval", daemon=True).start()
+        return await answer
 
 
 class Proxy:

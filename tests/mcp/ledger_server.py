@@ -22,7 +22,9 @@ from mcp.server.fastmcp import Context, FastMCP
 
 _args = argparse.ArgumentParser()
 _args.add_argument("--ledger", required=True)
-LEDGER: str = _args.parse_args().ledger
+_args.add_argument("--http", type=int, default=0, help="serve Streamable HTTP on this port")
+_opts = _args.parse_args()
+LEDGER: str = _opts.ledger
 
 mcp = FastMCP("ledger")
 
@@ -237,4 +239,9 @@ def refund_request(charge_id: str) -> str:
 
 
 if __name__ == "__main__":
-    mcp.run()
+    if _opts.http:
+        mcp.settings.host = "127.0.0.1"
+        mcp.settings.port = _opts.http
+        mcp.run(transport="streamable-http")
+    else:
+        mcp.run()

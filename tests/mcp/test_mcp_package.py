@@ -15,6 +15,7 @@ MODULES = [
     "agent_saga.mcp",
     "agent_saga.mcp._cli",
     "agent_saga.mcp._client_io",
+    "agent_saga.mcp._http",
     "agent_saga.mcp._jsonrpc",
     "agent_saga.mcp._locate",
     "agent_saga.mcp._session",

@@ -29,6 +29,11 @@ __all__ = ["run"]
 
 
 def _server_spec(policy: Policy, command: Sequence[str]) -> ServerSpec:
+    headers = {name: value.to_json() for name, value in policy.server.headers.items()}
+    if len(command) == 1 and command[0].startswith(("http://", "https://")):
+        return ServerSpec((), url=command[0], headers=headers)
+    if not command and policy.server.url is not None:
+        return ServerSpec((), url=policy.server.url, headers=headers)
     argv = list(command) or list(policy.server.command or ())
     if not argv:
         raise SagaUsageError(
@@ -98,7 +103,10 @@ def run(
                     f"[saga] imports: importing {module} failed: {type(exc).__name__}: {exc}"
                 ) from exc
     spec = _server_spec(policy, command)
-    if observer is not None and observer.server_command is None:
+    if observer is not None and spec.url is not None:
+        observer.data.setdefault("server", {}).pop("command", None)
+        observer.data["server"]["url"] = spec.url
+    elif observer is not None and observer.server_command is None:
         observer.data.setdefault("server", {})["command"] = list(spec.command)
     wal = os.path.abspath(wal_path or _config.default_wal_path())
     config = ProxyConfig(policy, spec, wal, boundary, observer)

@@ -37,28 +37,38 @@ from ..errors import SagaUsageError
 from . import _jsonrpc as J
 from .errors import McpCallFailed, McpRequestFailed, McpServerExited, McpTimeout, McpToolError
 
-__all__ = ["ServerSpec", "Upstream", "start_fresh"]
+__all__ = ["ServerSpec", "Upstream", "make_upstream", "own_id", "resolve_values", "start_fresh"]
 
 OnMessage = Callable[[bytes, Any], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
-    """How to start a server: recorded in compensation kwargs, so JSON and secret-free.
+    """How to reach a server: recorded in compensation kwargs, so JSON and secret-free.
+
+    A server is started from ``command`` (stdio), or reached at ``url`` (Streamable
+    HTTP; ``command`` is then empty).
 
     Attributes:
         command: The argv.
         cwd: The working directory (absolute), or None for the starter's.
         env: Extra variables: a literal string, ``{"$env": NAME}`` or
             ``{"$credential_ref": name}``.
+        url: The server's MCP endpoint, for a server reached over HTTP.
+        headers: HTTP headers, valued like ``env`` (an ``Authorization`` header is
+            a reference, never a token).
     """
 
     command: tuple[str, ...]
     cwd: str | None = None
     env: Mapping[str, Any] = field(default_factory=dict)
+    url: str | None = None
+    headers: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The logged form."""
+        if self.url is not None:
+            return {"url": self.url, "headers": dict(self.headers)}
         return {"command": list(self.command), "cwd": self.cwd, "env": dict(self.env)}
 
     @classmethod
@@ -68,13 +78,20 @@ class ServerSpec:
         Raises:
             SagaUsageError: ``data`` is not a server spec.
         """
+        if isinstance(data, dict) and isinstance(data.get("url"), str):
+            headers = data.get("headers") or {}
+            if not isinstance(headers, dict):
+                raise SagaUsageError("MCP server spec: headers must be an object")
+            return cls((), url=data["url"], headers=headers)
         if (
             not isinstance(data, dict)
             or not isinstance(data.get("command"), list)
             or not data["command"]
             or not all(isinstance(a, str) for a in data["command"])
         ):
-            raise SagaUsageError("not an MCP server spec: needs command = [program, args...]")
+            raise SagaUsageError(
+                "not an MCP server spec: needs command = [program, args...] or url"
+            )
         cwd = data.get("cwd")
         env = data.get("env") or {}
         if not isinstance(env, dict):
@@ -88,23 +105,38 @@ class ServerSpec:
             SagaUsageError: a referenced variable is not set, or an entry is malformed.
             SagaError: the credential resolver failed (see ``resolve_credential``).
         """
-        out = dict(os.environ)
-        for name, value in self.env.items():
-            if isinstance(value, str):
-                out[name] = value
-            elif isinstance(value, dict) and isinstance(value.get("$env"), str):
-                source = value["$env"]
-                if source not in os.environ:
-                    raise SagaUsageError(
-                        f"the MCP server needs ${source} (for its {name}) and it is not set in "
-                        "this process's environment; set it (the recovery daemon needs it too)"
-                    )
-                out[name] = os.environ[source]
-            elif isinstance(value, dict) and isinstance(value.get("$credential_ref"), str):
-                out[name] = resolve_credential(value["$credential_ref"])
-            else:
-                raise SagaUsageError(f"MCP server spec: env {name!r} is malformed")
-        return out
+        return {**os.environ, **resolve_values(self.env, "env")}
+
+    def header_values(self) -> dict[str, str]:
+        """The HTTP headers, references resolved (see :meth:`environment`)."""
+        return resolve_values(self.headers, "header")
+
+
+def resolve_values(values: Mapping[str, Any], what: str) -> dict[str, str]:
+    """Literal strings as they are; ``$env`` / ``$credential_ref`` references resolved.
+
+    Raises:
+        SagaUsageError: a referenced variable is not set, or an entry is malformed.
+        SagaError: the credential resolver failed.
+    """
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if isinstance(value, str):
+            out[name] = value
+        elif isinstance(value, dict) and isinstance(value.get("$env"), str):
+            source = value["$env"]
+            if source not in os.environ:
+                raise SagaUsageError(
+                    f"the MCP server needs ${source} (for its {what} {name}) and it is not "
+                    "set in this process's environment; set it (the recovery daemon needs "
+                    "it too)"
+                )
+            out[name] = os.environ[source]
+        elif isinstance(value, dict) and isinstance(value.get("$credential_ref"), str):
+            out[name] = resolve_credential(value["$credential_ref"])
+        else:
+            raise SagaUsageError(f"MCP server spec: {what} {name!r} is malformed")
+    return out
 
 
 _ids = itertools.count(1)
@@ -191,30 +223,37 @@ class Upstream:
                 if not line:
                     break
                 raw = line.rstrip(b"\r\n")
-                if not raw.strip():
-                    continue
-                msg = J.decode(raw)
-                if J.is_response(msg):
-                    fut = self._waiting.pop(J.id_key(msg["id"]), None)
-                    if fut is not None:
-                        if not fut.done():
-                            fut.set_result((raw, msg))
-                        continue
-                if self._on_message is not None:
-                    maybe = self._on_message(raw, msg)
-                    if maybe is not None:
-                        await maybe
+                if raw.strip():
+                    await self._dispatch(raw)
         finally:
-            self.alive = False
             with contextlib.suppress(Exception):
                 self.returncode = await asyncio.wait_for(proc.wait(), 2)
-            gone = McpServerExited(f"{self.label} exited (status {self.returncode})")
-            for fut in self._waiting.values():
+            self._ended(f"{self.label} exited (status {self.returncode})")
+
+    async def _dispatch(self, raw: bytes) -> None:
+        """Route one line from the server: to whoever waits for it, else ``on_message``."""
+        msg = J.decode(raw)
+        if J.is_response(msg):
+            fut = self._waiting.pop(J.id_key(msg["id"]), None)
+            if fut is not None:
                 if not fut.done():
-                    fut.set_exception(gone)
-            self._waiting.clear()
-            if self._on_exit is not None:
-                self._on_exit()
+                    fut.set_result((raw, msg))
+                return
+        if self._on_message is not None:
+            maybe = self._on_message(raw, msg)
+            if maybe is not None:
+                await maybe
+
+    def _ended(self, why: str) -> None:
+        """The server is gone: fail everything still waiting, tell ``on_exit``."""
+        self.alive = False
+        gone = McpServerExited(why)
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(gone)
+        self._waiting.clear()
+        if self._on_exit is not None:
+            self._on_exit()
 
     # -- sending ---------------------------------------------------------------------
 
@@ -389,7 +428,7 @@ async def start_fresh(spec: ServerSpec, *, label: str = "the MCP server") -> Ups
     def on_message(raw: bytes, msg: Any) -> Awaitable[None]:
         return _answer_alone(holder[0], raw, msg)
 
-    up = Upstream(spec, on_message=on_message, label=label)
+    up = make_upstream(spec, on_message=on_message, label=label)
     holder.append(up)
     await up.start()
     try:
@@ -398,6 +437,25 @@ async def start_fresh(spec: ServerSpec, *, label: str = "the MCP server") -> Ups
         await up.close()
         raise
     return up
+
+
+def make_upstream(
+    spec: ServerSpec,
+    *,
+    on_message: OnMessage | None = None,
+    on_exit: Callable[[], None] | None = None,
+    label: str = "the MCP server",
+) -> Upstream:
+    """An :class:`Upstream` for ``spec``: a child process, or an HTTP connection.
+
+    Raises:
+        SagaUsageError: ``spec`` has a URL and the ``mcp`` extra is not installed.
+    """
+    if spec.url is not None:
+        from ._http import HttpUpstream
+
+        return HttpUpstream(spec, on_message=on_message, on_exit=on_exit, label=label)
+    return Upstream(spec, on_message=on_message, on_exit=on_exit, label=label)
 
 
 def _warn(text: str) -> None:

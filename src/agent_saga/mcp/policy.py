@@ -66,6 +66,7 @@ __all__ = [
 GENERATED_BY: Final = "agent-saga mcp --observe"
 
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER: Final = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 _MODULE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _COMP_ROOTS: Final = frozenset({"arguments", "result", "content", "idempotency_key"})
 _RESOLVER_ARG_ROOTS: Final = frozenset({"arguments", "idempotency_key"})
@@ -108,11 +109,16 @@ class ServerPolicy:
         cwd: Its working directory (absolute; relative ones are taken from the
             policy file's directory), or None for the proxy's.
         env: Variables set for the server on top of the starter's environment.
+        url: The MCP endpoint of a server reached over Streamable HTTP (instead of
+            a command).
+        headers: HTTP headers for it, valued like ``env``.
     """
 
     command: tuple[str, ...] | None = None
     cwd: str | None = None
     env: Mapping[str, EnvValue] = field(default_factory=dict)
+    url: str | None = None
+    headers: Mapping[str, EnvValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,7 +489,11 @@ class _Checker:
         """Refuse any value that looks like a credential (it would reach the log)."""
         if isinstance(value, dict):
             for key, item in value.items():
-                if where[:2] == ("server", "env") and isinstance(item, str) and len(where) == 3:
+                if (
+                    where[:2] in (("server", "env"), ("server", "headers"))
+                    and isinstance(item, str)
+                    and len(where) == 3
+                ):
                     # A reference's name ({ credential = "stripe_prod" }): judged by shape.
                     found = find_secrets(item)
                     if found:
@@ -518,7 +528,7 @@ class _Checker:
 
     def server(self, value: Any) -> ServerPolicy:
         where: Key = ("server",)
-        t = self.table(value, where, frozenset({"command", "cwd", "env"}))
+        t = self.table(value, where, frozenset({"command", "cwd", "env", "url", "headers"}))
         command = None
         if "command" in t:
             command = self.strings(t["command"], (*where, "command"))
@@ -529,16 +539,30 @@ class _Checker:
             cwd = self.string(t["cwd"], (*where, "cwd"))
             if not os.path.isabs(cwd):
                 cwd = os.path.normpath(os.path.join(os.path.dirname(self.file), cwd))
-        env: dict[str, EnvValue] = {}
-        raw_env = t.get("env", {})
-        if not isinstance(raw_env, dict):
-            raise self.fail((*where, "env"), f"must be a table, got {_type(raw_env)}")
-        for name, spec in raw_env.items():
-            at = (*where, "env", name)
-            if not _ENV_NAME.fullmatch(name):
-                raise self.fail(at, "is not a valid environment variable name")
+        url = None
+        if "url" in t:
+            url = self.string(t["url"], (*where, "url"))
+            if not url.startswith(("http://", "https://")):
+                raise self.fail((*where, "url"), "must be an http:// or https:// URL")
+            if command is not None:
+                raise self.fail((*where, "url"), "give command (stdio) or url (HTTP), not both")
+        env = self.values(t.get("env", {}), (*where, "env"), _ENV_NAME, "environment variable")
+        headers = self.values(t.get("headers", {}), (*where, "headers"), _HEADER, "HTTP header")
+        return ServerPolicy(command, cwd, env, url, headers)
+
+    def values(
+        self, raw: Any, where: Key, names: re.Pattern[str], what: str
+    ) -> dict[str, EnvValue]:
+        """A table of literal strings and ``{ env = ... }`` / ``{ credential = ... }``."""
+        if not isinstance(raw, dict):
+            raise self.fail(where, f"must be a table, got {_type(raw)}")
+        out: dict[str, EnvValue] = {}
+        for name, spec in raw.items():
+            at = (*where, name)
+            if not names.fullmatch(name):
+                raise self.fail(at, f"is not a valid {what} name")
             if isinstance(spec, str):
-                env[name] = EnvValue("literal", spec)
+                out[name] = EnvValue("literal", spec)
                 continue
             ref = self.table(spec, at, frozenset({"env", "credential"}))
             if len(ref) != 1:
@@ -547,8 +571,8 @@ class _Checker:
             target = self.string(target, (*at, kind))
             if kind == "env" and not _ENV_NAME.fullmatch(target):
                 raise self.fail((*at, kind), "is not a valid environment variable name")
-            env[name] = EnvValue(kind, target)
-        return ServerPolicy(command, cwd, env)
+            out[name] = EnvValue(kind, target)
+        return out
 
     def saga(self, value: Any) -> SagaSettings:
         where: Key = ("saga",)

@@ -47,7 +47,7 @@ from . import _jsonrpc as J
 from ._client_io import ClientIO
 from ._session import OpenSaga
 from ._steps import CallContext, ToolRunner, current_call
-from ._upstream import ServerSpec, Upstream
+from ._upstream import ServerSpec, make_upstream
 from .errors import McpCallFailed, McpServerExited, McpTimeout
 from .handlers import forget_live, register_live
 from .observe import Observer
@@ -182,11 +182,12 @@ class Proxy:
         self.policy = config.policy
         self.io = io or ClientIO()
         self.session = uuid.uuid4().hex
-        self.up = Upstream(
+        where = config.server.url or os.path.basename(config.server.command[0])
+        self.up = make_upstream(
             config.server,
             on_message=self._from_server,
             on_exit=self._server_gone,
-            label=f"the MCP server ({os.path.basename(config.server.command[0])})",
+            label=f"the MCP server ({where})",
         )
         self.runner = ToolRunner(self.policy, config.server.to_json(), self.session, self.up)
         self.saga: OpenSaga | None = None

@@ -56,3 +56,22 @@ def test_a_dead_owner_with_the_same_records_is_still_recovered(world):
     assert world.effects() == ["b", "a"]
     [view] = list(world.fold().sagas())
     assert view.status == "rolled_back"
+
+
+def test_runs_says_a_released_owners_open_saga_is_escalated_not_undone(world):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = world.agent(items=["a"])
+    assert done.returncode == 0, done.stderr
+    _drop_last_saga_end(world.wal)
+    runs = subprocess.run(
+        [str(Path(sys.executable).with_name("agent-saga")), "runs", "--wal-path", world.wal],
+        env=world.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert runs.returncode == 0, runs.stderr
+    assert "owner ended cleanly" in runs.stdout

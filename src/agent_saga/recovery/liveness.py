@@ -13,7 +13,9 @@ the daemon decides on (the saga's records, its owner's lease file, the clock):
   than **half** the period (:data:`SILENT_FRACTION`) has missed a renewal: the
   owner is *silent* — stalled, or dead a moment ago.
 * Otherwise — no lease file, lease ``expired``, ``revoked`` or ``released`` — the
-  saga is **orphaned**: the next daemon pass claims it.
+  saga is **orphaned**: the next daemon pass claims it. An owner that *released* its
+  lease ended cleanly, so its saga should have a ``saga_end``: one of its records was
+  lost, and the daemon escalates the saga instead of compensating it.
 * A saga whose ``saga_begin`` was lost has no known owner; the daemon waits until
   it has been silent (no record) for a whole claim period, ``unowned_grace``.
 
@@ -78,6 +80,11 @@ class Liveness:
             return f"{self.status} (owner silent, orphaned in {_seconds(self.orphaned_in)})"
         if self.lease_state == "unknown" and self.orphaned_in:
             return f"{self.status} (owner unknown, orphaned in {_seconds(self.orphaned_in)})"
+        if self.status == "orphaned" and self.lease_state == "released":
+            # The daemon escalates such a saga instead of compensating it (a lost record).
+            return (
+                "orphaned (owner ended cleanly: its last record is missing; escalated on recovery)"
+            )
         return self.status
 
 

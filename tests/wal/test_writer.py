@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,14 @@ def _records(path: str | Path) -> list[dict[str, object]]:
     items = list(scan(path))
     assert not [i for i in items if isinstance(i, Damage)]
     return [i.data for i in items if isinstance(i, Record) and not i.meta]
+
+def _write_in_background(w: WALWriter, record: dict[str, Any]) -> threading.Thread:
+    """Submit ``record`` and have it written now (a submit alone waits for the next batch)."""
+    w.submit(record)
+    t = threading.Thread(target=w.flush, daemon=True)
+    t.start()
+    return t
+
 
 
 class GatedIO(WriterIO):
@@ -192,7 +201,7 @@ async def test_fsync_failure_reaches_every_async_waiter(wal: str) -> None:
     io.fail_fsync_calls = {2}
     w = WALWriter(wal, _io=io)
     io.gate.clear()
-    w.submit(rec(0))
+    _write_in_background(w, rec(0))
     assert io.in_write.wait(10)
     tasks = [asyncio.ensure_future(w.append_async(rec(i))) for i in range(1, 6)]
     await asyncio.sleep(0)  # each task runs up to its await: all 5 are queued now
@@ -210,7 +219,7 @@ def test_backpressure_raise_loses_nothing(wal: str) -> None:
     io = GatedIO()
     w = WALWriter(wal, queue_limit=5, _io=io)
     io.gate.clear()
-    w.submit(rec(0))
+    _write_in_background(w, rec(0))
     assert io.in_write.wait(10)  # record 0 is being written; the queue is empty
     for i in range(1, 6):
         w.submit(rec(i))
@@ -226,7 +235,7 @@ def test_backpressure_block_waits_for_room(wal: str) -> None:
     io = GatedIO()
     w = WALWriter(wal, queue_limit=2, backpressure="block", block_timeout=30, _io=io)
     io.gate.clear()
-    w.submit(rec(0))
+    _write_in_background(w, rec(0))
     assert io.in_write.wait(10)
     w.submit(rec(1))
     w.submit(rec(2))
@@ -245,7 +254,7 @@ def test_backpressure_block_times_out_with_walfull(wal: str) -> None:
     io = GatedIO()
     w = WALWriter(wal, queue_limit=1, backpressure="block", block_timeout=0.05, _io=io)
     io.gate.clear()
-    w.submit(rec(0))
+    _write_in_background(w, rec(0))
     assert io.in_write.wait(10)
     w.submit(rec(1))
     with pytest.raises(WALFull):
@@ -260,7 +269,7 @@ async def test_async_block_backpressure_does_not_block_the_loop(wal: str) -> Non
     io = GatedIO()
     w = WALWriter(wal, queue_limit=1, backpressure="block", block_timeout=30, _io=io)
     io.gate.clear()
-    w.submit(rec(0))
+    _write_in_background(w, rec(0))
     assert io.in_write.wait(10)
     w.submit(rec(1))
     task = asyncio.ensure_future(w.append_async(rec(2)))
@@ -379,3 +388,18 @@ def test_an_unusable_wal_location_is_a_wal_error_naming_the_path(
     assert str(target) in str(info.value)
     assert "check that" in str(info.value)
     assert info.value.path == str(target)
+
+
+def test_a_submitted_record_waits_for_the_next_batch_and_shares_its_fsync(wal: str) -> None:
+    # saga_begin is submitted, the intent appended: one fsync for both, not two.
+    w = WALWriter(wal)
+    wait_until(lambda: w._flusher_idle, what="the flusher waiting for work")
+    w.submit(rec(0))
+    assert w._flusher_idle, "a submit does not wake the flusher"
+    assert (len(w._pending), w.stats.fsyncs) == (1, 0)
+    w.append(rec(1))
+    assert (w.stats.fsyncs, w.stats.records_written) == (1, 2)
+    w.submit(rec(2))
+    w.flush()  # a flush takes submitted records along
+    assert _records(wal) == [rec(0), rec(1), rec(2)]
+    w.close()

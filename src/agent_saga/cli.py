@@ -597,11 +597,9 @@ def _run(argv: Sequence[str] | None) -> int:
         cut = argv.index("--")
         argv, server = argv[:cut], argv[cut + 1 :]
     try:
-        args, extra = parser.parse_known_args(argv)
+        args = parser.parse_args(argv)
         if server:
             args.server_command = server
-        if extra and not getattr(args, "accepts_anything", False):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
         if exc.code is None:
             return EXIT_OK

@@ -25,7 +25,9 @@ def list_escalations(
         include_resolved: Also return escalations a human already resolved.
         decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
     """
-    fold, _ = fold_file(wal_path, decryptor)
+    # Open escalations survive forgetting the detail of ended sagas: memory then grows
+    # with the open queue, not with the log (resolved ones are only kept for --all).
+    fold, _ = fold_file(wal_path, decryptor, forget_terminal=not include_resolved)
     return fold.escalations() if include_resolved else fold.open_escalations()
 
 

@@ -196,7 +196,7 @@ async def test_a_real_client_sees_progress_logs_and_answers_server_requests(rig:
         logs.append(params.data)
 
     async def on_roots(context: Any) -> types.ListRootsResult:
-        return types.ListRootsResult(roots=[types.Root(uri="file:///srv/example-project", name="p")])
+        return types.ListRootsResult(roots=[types.Root(uri="file:///srv/project", name="p")])
 
     async with rig.client(
         session_kw={"logging_callback": on_log, "list_roots_callback": on_roots}
@@ -208,6 +208,6 @@ async def test_a_real_client_sees_progress_logs_and_answers_server_requests(rig:
     assert text(counted) == "counted to 2"
     assert progress == [1.0, 2.0]
     assert logs == ["counted 1", "counted 2"]
-    assert structured(roots) == {"result": ["file:///srv/example-project"]}
+    assert structured(roots) == {"result": ["file:///srv/project"]}
     assert json.loads(resource.contents[0].text) == []  # type: ignore[union-attr]
     assert "ch_1" in prompt.messages[0].content.text  # type: ignore[union-attr]

@@ -130,7 +130,7 @@ class _AsyncTool:
         coro = self._body(*args, **kwargs)
         scope = _current.get()
         if scope is not None:
-            scope.run.calls.append((coro, self.__agent_saga_tool__.name))  # type: ignore[attr-defined]
+            _remember(scope, coro, self.__agent_saga_tool__)  # type: ignore[attr-defined]
         return coro
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -140,9 +140,20 @@ class _AsyncTool:
         return f"<agent-saga tool {self.__agent_saga_tool__.name!r}>"  # type: ignore[attr-defined]
 
 
-def _tracked_call(scope: Scope, coro: Any, spec: ToolSpec) -> Any:
-    """Remember a coroutine a sync tool returned inside an async saga (see _AsyncTool)."""
-    scope.run.calls.append((coro, spec.name))
+_PRUNE_AT = 1024
+
+
+def _remember(scope: Scope, coro: Any, spec: ToolSpec) -> Any:
+    """Remember a tool coroutine made inside a saga, to tell at its end if it ever ran.
+
+    Coroutines that already started are dropped now and then, so a long saga of
+    many awaited calls keeps only the few that are still pending.
+    """
+    calls = scope.run.calls
+    calls.append((coro, spec.name))
+    n = len(calls)
+    if n >= _PRUNE_AT and n & (n - 1) == 0:  # at powers of two: amortised O(1) per call
+        calls[:] = [c for c in calls if inspect.getcoroutinestate(c[0]) == inspect.CORO_CREATED]
     return coro
 
 
@@ -210,7 +221,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
             if scope is None:
                 raise _no_saga(spec)
             if scope.is_async and is_async_context(scope):
-                return _tracked_call(
+                return _remember(
                     scope, _sync_reversible_in_async(scope, spec, fn, args, kwargs), spec
                 )
             if scope.policies:
@@ -234,7 +245,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 raise _no_saga(spec)
             protocol = E.step_protocol(scope, spec, fn, args, kwargs)
             if scope.is_async and is_async_context(scope):
-                return _tracked_call(scope, _tracked(scope, protocol), spec)
+                return _remember(scope, _tracked(scope, protocol), spec)
             return drive_sync(protocol, scope.run)
 
         wrapper = sync_durable

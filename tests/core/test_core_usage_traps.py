@@ -122,3 +122,17 @@ async def test_a_saga_that_failed_anyway_keeps_its_own_exception_with_a_note(ref
             raise RuntimeError("the model hallucinated")
     assert any("never awaited" in note for note in info.value.__notes__)
     assert refunds == ["ch_a"]
+
+
+async def test_a_long_saga_keeps_only_the_tool_calls_still_pending(refunds) -> None:
+    @tool(semantics=ActionSemantics.REVERSIBLE)
+    async def peek(n: int) -> int:
+        return n
+
+    async with saga("long", log=MemoryLog()) as s:
+        for n in range(5000):
+            await peek(n=n)
+        pending = [peek(n=-1) for _ in range(3)]
+        for coro in pending:
+            await coro
+        assert len(s.run.calls) < 2048, "finished calls are not kept for the saga's life"

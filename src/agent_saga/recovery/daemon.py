@@ -389,19 +389,16 @@ class RecoveryDaemon:
             self._emit("retrying", saga=saga_id, step=retry.step, escalation=retry.escalation)
             view = _saga_detail(self.wal_path, saga_id, self._encryptor)
             step = None if view is None or retry.step is None else view.steps.get(retry.step)
-            why = None
-            if step is None:
-                why = "the log holds no record of this step any more"
-            elif step.state == "compensated":
-                why = (
+            if view is None or step is None:
+                self._refuse_retry(retry, "the log holds no record of this step any more")
+                return
+            if step.state == "compensated":
+                self._refuse_retry(
+                    retry,
                     "the step was already compensated; what is escalated is not its undo "
                     "(e.g. an earlier attempt that may have landed too) — check it and "
-                    "resolve this by hand"
+                    "resolve this by hand",
                 )
-            if why is not None or step is None or view is None:  # (None checks: typing)
-                reason = f"retry requested by {retry.requested_by}, not done: {why}"
-                drive_sync(escalate(saga_id, retry.step, reason, self.id), self)
-                self._report.escalated += 1
                 return
             outcome = self._undo(saga_id, step, self._damaged(view))
             if outcome != "escalated":
@@ -417,6 +414,11 @@ class RecoveryDaemon:
                 )
         finally:
             self._lock.release(saga_id, token)
+
+    def _refuse_retry(self, retry: RetryView, why: str) -> None:
+        reason = f"retry requested by {retry.requested_by}, not done: {why}"
+        drive_sync(escalate(retry.saga_id, retry.step, reason, self.id), self)
+        self._report.escalated += 1
 
     def _claim_retry(self, retry: RetryView) -> int | None:
         with self.log().exclusive() as x:

@@ -310,7 +310,8 @@ class SagaFold:
             eid: str = rec["escalation"]
             retry = self._retries.get(eid)
             if retry is not None and retry.outcome is None and off > retry.offset:
-                retry.outcome = "escalated"
+                retry.outcome = "escalated"  # done: the escalation is open again
+                del self._retries[eid]
             if forgotten:
                 self._escalations[eid] = EscalationView(
                     eid, saga_id, rec["step"], rec["reason"], rec["by"], off, ts

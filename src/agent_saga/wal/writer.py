@@ -143,17 +143,17 @@ class WALWriter:
                 start = time.monotonic()
                 self._lease.write_live()  # before any record: no lease file = dead owner
                 self._deadline = start + lease_seconds - self._margin
-        except OSError as exc:
+        except BaseException as exc:
             if self._fd >= 0:
                 os.close(self._fd)
-            raise WALError(
-                f"cannot open the WAL at {self.path}: {exc.strerror or exc}; check that "
-                "its directory exists and is writable (--wal-path / AGENT_SAGA_WAL_PATH)",
-                path=self.path,
-            ) from exc
-        except BaseException:
-            if self._fd >= 0:
-                os.close(self._fd)
+            if hasattr(self, "_plock"):
+                self._plock.close()
+            if isinstance(exc, OSError):
+                raise WALError(
+                    f"cannot open the WAL at {self.path}: {exc.strerror or exc}; check that "
+                    "its directory exists and is writable (--wal-path / AGENT_SAGA_WAL_PATH)",
+                    path=self.path,
+                ) from exc
             raise
 
         self._stop = threading.Event()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_saga.wal import Damage, Record, scan
+from agent_saga.wal import Damage, Record, WALWriter, scan
+from agent_saga.wal.tail import FIRST_EXTENT, data_end
 
 CHILD = str(Path(__file__).with_name("_child.py"))
 
@@ -29,8 +30,9 @@ def _acks(out: str) -> list[tuple[str, int]]:
 
 
 @pytest.mark.slow
-def test_four_processes_append_concurrently(tmp_path: Path) -> None:
+def test_four_processes_append_concurrently(tmp_path: Path, layout: int) -> None:
     wal = tmp_path / "mp.wal"
+    WALWriter(wal, log_format=layout).close()  # the children attach to this layout
     procs = [_spawn(wal, f"p{i}", 300) for i in range(4)]
     acked: list[tuple[str, int]] = []
     for p in procs:
@@ -53,14 +55,19 @@ def test_four_processes_append_concurrently(tmp_path: Path) -> None:
             if isinstance(i, Record) and not i.meta and i.data["saga"] == tag
         ]
         assert steps == list(range(300))
+    if layout == 2:
+        # The children extended the preallocation several times between them, under
+        # the lock; the data ends before the zeros, which were never taken for damage.
+        assert wal.stat().st_size > data_end(wal) > FIRST_EXTENT
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["wal.before_write", "wal.after_write", "wal.after_fsync"])
 def test_sigkill_at_crashpoint_keeps_exactly_the_acknowledged_records(
-    tmp_path: Path, point: str
+    tmp_path: Path, point: str, layout: int
 ) -> None:
     wal = tmp_path / "crash.wal"
+    WALWriter(wal, log_format=layout).close()
     p = _spawn(wal, "c", 50, point, "5")
     out, err = p.communicate(timeout=60)
     assert p.returncode == -signal.SIGKILL, err

@@ -19,10 +19,39 @@ import pytest
 
 from agent_saga.errors import WALWriteFailed
 from agent_saga.wal import Record, WALWriter, WriterIO, scan, verify
+from agent_saga.wal.tail import data_end
 
 from ._util import rec
 
 CHILD = Path(__file__).with_name("_child.py")
+
+# Every test runs on both layouts (the ``layout`` fixture of conftest.py). A crash
+# mid-write leaves the same bytes in both; what follows them differs: nothing
+# (format 1, the file ends there) or the preallocated zeros (format 2). The helpers
+# below inject faults the way each layout meets them.
+
+
+def _torn(whole: bytes, cut: int, layout: int) -> bytes:
+    """The file a write cut at ``cut`` leaves behind."""
+    if layout == 1:
+        return whole[:cut]
+    return whole[:cut] + bytes(len(whole) - cut)
+
+
+def _torn_len(whole: bytes, boundary: int, cut: int, layout: int) -> int:
+    """How many bytes of a cut at ``cut`` a repair removes (format 2: its non-zero ones)."""
+    if layout == 1:
+        return cut - boundary
+    return len(whole[boundary:cut].rstrip(b"\0"))
+
+
+def _append_raw(path: Path, data: bytes) -> int:
+    """Write ``data`` where the next frame would go (the end of the data); return there."""
+    end = data_end(path)
+    with open(path, "r+b") as f:
+        f.seek(end)
+        f.write(data)
+    return end
 
 
 def _records(path: Path) -> list[dict[str, object]]:
@@ -45,13 +74,19 @@ def _append_one(path: Path, i: int) -> WALWriter:
     return w
 
 
-def test_every_cut_of_the_log_is_repaired_to_the_last_whole_frame(tmp_path: Path) -> None:
+def test_every_cut_of_the_log_is_repaired_to_the_last_whole_frame(
+    tmp_path: Path, layout: int
+) -> None:
     src = tmp_path / "src.wal"
     spans = _log_with(src, 2)
     whole = src.read_bytes()
-    for cut in range(1, len(whole)):
+    # Format 2: cuts inside the header frame are a crash while the log was created
+    # (before its first fsync, nothing acknowledged); they read as damage at 0, not
+    # as a torn tail: docs/log-format.md §11.2 "Creation".
+    cuts = range(1, len(whole)) if layout == 1 else range(spans[0][1], spans[-1][1] + 1)
+    for cut in cuts:
         p = tmp_path / f"cut{cut}.wal"
-        p.write_bytes(whole[:cut])
+        p.write_bytes(_torn(whole, cut, layout))
         kept = [end for _, end in spans if end <= cut]
         boundary = kept[-1] if kept else 0
         w = _append_one(p, 99)
@@ -65,14 +100,18 @@ def test_every_cut_of_the_log_is_repaired_to_the_last_whole_frame(tmp_path: Path
             continue
         assert w.stats.tail_repairs == 1, cut
         (repair,) = report.repairs
-        assert (repair["offset"], repair["length"]) == (boundary, cut - boundary), cut
+        length = _torn_len(whole, boundary, cut, layout)
+        assert (repair["offset"], repair["length"]) == (boundary, length), cut
         saved = (tmp_path / f"cut{cut}.wal.d" / "torn" / repair["saved"]).read_bytes()
-        assert saved == whole[boundary:cut]
+        assert saved == whole[boundary : boundary + length]
         assert repair["sha256"] == hashlib.sha256(saved).hexdigest()
 
 
 def test_a_zero_filled_tail_is_repaired_like_a_torn_frame(tmp_path: Path) -> None:
+    # Format 1 only: in format 2 zeros after the data are its preallocation, never a
+    # tail (test_prealloc.py proves they are neither damage nor repaired).
     p = tmp_path / "z.wal"
+    WALWriter(p, log_format=1).close()
     _log_with(p, 1)
     size = p.stat().st_size
     with open(p, "ab") as f:
@@ -85,7 +124,7 @@ def test_a_zero_filled_tail_is_repaired_like_a_torn_frame(tmp_path: Path) -> Non
     assert _records(p) == [rec(0, pad=40), rec(7)]
 
 
-def test_mid_file_damage_is_left_in_place_and_still_reported(tmp_path: Path) -> None:
+def test_mid_file_damage_is_left_in_place_and_still_reported(tmp_path: Path, layout: int) -> None:
     p = tmp_path / "d.wal"
     spans = _log_with(p, 3)
     data = bytearray(p.read_bytes())
@@ -100,12 +139,10 @@ def test_mid_file_damage_is_left_in_place_and_still_reported(tmp_path: Path) -> 
     assert _records(p) == [rec(1, pad=40), rec(2, pad=40), rec(9)]
 
 
-def test_garbage_at_the_end_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+def test_garbage_at_the_end_is_damage_not_a_torn_tail(tmp_path: Path, layout: int) -> None:
     p = tmp_path / "g.wal"
     _log_with(p, 1)
-    end = p.stat().st_size
-    with open(p, "ab") as f:
-        f.write(b"this is not a frame at all")
+    end = _append_raw(p, b"this is not a frame at all")
     _append_one(p, 5)
     report = verify(p)
     assert report.repairs == [], "bytes that are not a frame's beginning are never cut"
@@ -114,7 +151,7 @@ def test_garbage_at_the_end_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
     assert _records(p) == [rec(0, pad=40), rec(5)]
 
 
-def test_a_crc_failure_followed_by_valid_frames_is_not_cut(tmp_path: Path) -> None:
+def test_a_crc_failure_followed_by_valid_frames_is_not_cut(tmp_path: Path, layout: int) -> None:
     p = tmp_path / "c.wal"
     spans = _log_with(p, 2)
     data = bytearray(p.read_bytes())
@@ -127,7 +164,9 @@ def test_a_crc_failure_followed_by_valid_frames_is_not_cut(tmp_path: Path) -> No
     assert [(d.offset, d.kind) for d in report.damages] == [(last, "corrupt")]
 
 
-def test_a_write_that_fails_half_way_is_cut_back_by_the_writer(tmp_path: Path) -> None:
+def test_a_write_that_fails_half_way_is_cut_back_by_the_writer(
+    tmp_path: Path, layout: int
+) -> None:
     p = tmp_path / "f.wal"
     fail = {"on": False}
 
@@ -162,9 +201,10 @@ def _child(wal: Path, tag: str, count: int, *crash: str) -> subprocess.Completed
 
 
 def test_a_process_killed_mid_write_leaves_a_tail_the_next_process_repairs(
-    tmp_path: Path,
+    tmp_path: Path, layout: int
 ) -> None:
     wal = tmp_path / "p.wal"
+    WALWriter(wal, log_format=layout).close()  # the children attach to this layout
     killed = _child(wal, "a", 5, "wal.mid_write", "2")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     acked = [line for line in killed.stdout.splitlines() if line.startswith("ack")]

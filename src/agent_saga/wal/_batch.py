@@ -31,13 +31,15 @@ class WriterIO:
 
     Attributes:
         write: ``os.write``-like; may write fewer bytes than given.
-        fsync: ``os.fsync``-like.
+        fsync: ``os.fsync``-like (append layout, format 1).
+        fdatasync: ``os.fdatasync``-like (preallocated layout, format 2).
         renewals: While cleared, the lease renewal thread skips its renewals (tests
             use it to simulate a stalled process).
     """
 
     write: Callable[[int, memoryview], int] = os.write
     fsync: Callable[[int], None] = os.fsync
+    fdatasync: Callable[[int], None] = os.fdatasync
     renewals: threading.Event = field(default_factory=_set_event)
 
 

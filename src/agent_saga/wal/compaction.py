@@ -31,6 +31,11 @@ never silently discarded.
 
 Readers that resume a scan from a remembered offset must check the WAL's inode and
 rescan from 0 when it changed: compaction moves every offset.
+
+Layouts (``docs/log-format.md`` §11): the new file keeps the log's layout unless
+``log_format`` asks for another; this is the only way a log changes layout. A
+format-2 file is preallocated with real zeros before it is renamed into place, and
+its "end" above is always the end of its data, never the end of its zeros.
 """
 
 from __future__ import annotations
@@ -46,10 +51,22 @@ from typing import IO, TYPE_CHECKING, Final
 
 from ..errors import SagaUsageError, WALCorrupted, WALError
 from . import records as r
+from .format import HEADER, HEADER_SIZE, decode_payload, encode_record
 from .lease import ProcessLock
 from .reader import Damage, scan
 from .snapshots import SnapshotStore, fsync_dir
 from .state import SagaFold
+from .tail import (
+    FORMAT_APPEND,
+    FORMAT_PREALLOCATED,
+    _pread,
+    extended_size,
+    find_end,
+    header_record,
+    log_format,
+    read_mode,
+    write_zeros,
+)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reader import Decryptor
@@ -128,11 +145,38 @@ def _append_lock(wal_path: str) -> Iterator[None]:
 
 
 def _stat(path: str) -> tuple[int, int] | None:
+    """The log's inode and the end of its data (format 2: not of its zeros)."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    return st.st_ino, st.st_size
+    try:
+        st = os.fstat(fd)
+        if log_format(fd) == FORMAT_PREALLOCATED:
+            return st.st_ino, find_end(fd, fmt=FORMAT_PREALLOCATED).size
+        return st.st_ino, st.st_size
+    finally:
+        os.close(fd)
+
+
+def _new_header(src: int, target: int | None) -> tuple[int, bytes | None]:
+    """The layout of the new file and the header it starts with.
+
+    None as the header: copy the log's frames as they are (same layout, or an
+    encrypted log without a header, whose key check cannot be sealed here).
+    """
+    fmt = log_format(src)
+    if target is None or target == fmt:
+        return fmt, None
+    mode = read_mode(src)
+    if mode.header:
+        _, _, length, _, _ = HEADER.unpack(_pread(src, HEADER_SIZE, mode.offset))
+        record = decode_payload(_pread(src, length, mode.offset + HEADER_SIZE))
+        assert isinstance(record, dict)
+        return target, encode_record({**record, "format": target})
+    if mode.encrypted:
+        return fmt, None
+    return target, header_record(None, target)
 
 
 def _copy(src: int, dst: IO[bytes], start: int, end: int) -> None:
@@ -151,6 +195,7 @@ class _Runs:
     def __init__(self, src: int, dst: IO[bytes] | None) -> None:
         self.src, self.dst = src, dst
         self.start = self.end = -1
+        self.skip_headers = False  # the new file got a rewritten header already
 
     def add(self, start: int, end: int) -> None:
         if start == self.end:
@@ -187,6 +232,7 @@ def compact(
     decryptor: Decryptor | None = None,
     drop_snapshots: bool = True,
     now: float | None = None,
+    log_format: int | None = None,
 ) -> CompactionReport:
     """Rewrite the WAL without the records of sagas that are over (see module docstring).
 
@@ -203,6 +249,9 @@ def compact(
         decryptor: Reads encrypted records (frames are copied still encrypted).
         drop_snapshots: Also delete the snapshot directories of dropped sagas.
         now: Wall-clock time to measure retention against (default ``time.time()``).
+        log_format: The layout of the new file: None keeps the log's, 1 or 2 converts
+            it (``docs/log-format.md`` §11; an encrypted log without a header stays
+            format 1). A conversion rewrites the log even when nothing is dropped.
 
     Returns:
         A :class:`CompactionReport`.
@@ -216,6 +265,8 @@ def compact(
     """
     if retain_seconds < 0:
         raise SagaUsageError("retain_seconds must be >= 0")
+    if log_format not in (None, FORMAT_APPEND, FORMAT_PREALLOCATED):
+        raise SagaUsageError(f"log_format must be 1 or 2, not {log_format!r}")
     started = time.monotonic()
     path = os.fspath(wal_path)
     now = time.time() if now is None else now
@@ -235,7 +286,12 @@ def compact(
         report.dropped_saga_ids = sorted(drop)
         if plan.damages and not force:
             _check_damage(path, CompactionReport(path, damages=plan.damages), force)
-        if not drop and not plan.damages:
+        src = os.open(path, os.O_RDONLY)
+        try:
+            fmt, header = _new_header(src, log_format)
+        finally:
+            os.close(src)
+        if not drop and not plan.damages and header is None:
             # Nothing to gain: leave the file (and every reader's offsets) alone.
             report.records_kept = plan.records
             report.bytes_before = report.bytes_after = boundary
@@ -248,6 +304,8 @@ def compact(
                 raise WALError(f"{path} was replaced during compaction; retry", path=path)
             with contextlib.ExitStack() as stack:
                 tmp = stack.enter_context(open(tmp_path, "wb"))
+                if header is not None:
+                    tmp.write(header)
                 arch = None
                 if report.archive is not None:
                     arch = stack.enter_context(open(report.archive, "ab"))
@@ -255,6 +313,7 @@ def compact(
                     # compaction leaves no duplicate records behind.
                     stack.callback(_truncate_unless_replaced, arch, arch.tell(), report)
                 keep, lose = _Runs(src, tmp), _Runs(src, arch)
+                keep.skip_headers = header is not None
                 _copy_pass(path, 0, boundary, decryptor, drop, esc_saga, keep, lose, report)
                 _check_damage(path, report, force)
                 locked_at = time.monotonic()
@@ -273,8 +332,12 @@ def compact(
                         _quarantine(src, sidecar, report, now)
                     if arch is not None:
                         _sync(arch)
-                    _sync(tmp)
                     report.bytes_before, report.bytes_after = end, tmp.tell()
+                    if fmt == FORMAT_PREALLOCATED:
+                        tmp.flush()
+                        used = report.bytes_after
+                        write_zeros(tmp.fileno(), used, extended_size(used, used + 1))
+                    _sync(tmp)
                     os.replace(tmp_path, path)
                     report.replaced = True
                     fsync_dir(os.path.dirname(os.path.abspath(path)))
@@ -374,6 +437,9 @@ def _copy_pass(
         if isinstance(saga, str) and saga in drop:
             lose.add(item.offset, item.end)
             report.records_dropped += 1
+        elif keep.skip_headers and data.get("type") == r.LOG_HEADER:
+            keep.flush()  # replaced by the new file's own header
+            report.records_kept += 1
         else:
             keep.add(item.offset, item.end)
             report.records_kept += 1

@@ -7,7 +7,6 @@ holding the lock (``docs/log-format.md`` §3-§6).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from ..errors import SagaUsageError, WALWriteFailed
 from .format import encode_record
 from .lease import LeaseTable
 from .reader import Damage, Record, scan
+from .tail import data_end
 
 if TYPE_CHECKING:
     from .writer import WALWriter
@@ -49,11 +49,12 @@ class ExclusiveHandle:
         return scan(self._w.path, start=offset, decryptor=self._w._encryptor)
 
     def size(self) -> int:
-        """Return the current size of the log in bytes (where the next append lands)."""
-        try:
-            return os.stat(self._w.path).st_size
-        except FileNotFoundError:
-            return 0
+        """Return where the next append lands: the end of the log's data in bytes.
+
+        For a preallocated log (format 2) that is the end of its frames, not the
+        size of the file (``docs/log-format.md`` §11.2).
+        """
+        return data_end(self._w.path)
 
     def append_locked(self, records: list[Mapping[str, Any]]) -> None:
         """Write and fsync ``records`` now, as one batch, while holding the lock.
@@ -75,7 +76,7 @@ class ExclusiveHandle:
             w._ensure_lease_locked()
             try:
                 w._write_locked(data)
-                w._io.fsync(w._fd)
+                w._sync()
             except Exception as exc:
                 w.stats.failed_batches += 1
                 raise WALWriteFailed(

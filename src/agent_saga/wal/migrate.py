@@ -21,7 +21,16 @@ from .format import Encryptor, encode_record
 from .lease import ProcessLock
 from .reader import Damage, Record, scan
 from .snapshots import SnapshotStore, fsync_dir
-from .tail import check_mode, header_record, read_mode
+from .tail import (
+    FORMAT_PREALLOCATED,
+    check_mode,
+    data_end,
+    extended_size,
+    header_record,
+    log_format,
+    read_mode,
+    write_zeros,
+)
 
 __all__ = ["EncryptReport", "encrypt_log"]
 
@@ -35,7 +44,8 @@ class EncryptReport:
         already: The log was already encrypted with this key (nothing changed).
         records: Records sealed into the new file.
         snapshots: Plaintext snapshots re-stored sealed.
-        bytes_before / bytes_after: File sizes.
+        bytes_before / bytes_after: Where the data ends (for format 2, before
+            the preallocated zeros).
     """
 
     path: str
@@ -72,25 +82,26 @@ def encrypt_log(path: str | os.PathLike[str], encryptor: Encryptor) -> EncryptRe
             fd = os.open(wal, os.O_RDONLY)
             try:
                 mode = read_mode(fd)
-                report.bytes_before = os.fstat(fd).st_size
+                fmt = log_format(fd)
             finally:
                 os.close(fd)
             if mode.encrypted:
                 check_mode(mode, encryptor, wal)  # raises for another key
                 report.already = True
             else:
-                _rewrite(wal, encryptor, report)
+                report.bytes_before = data_end(wal)
+                _rewrite(wal, encryptor, report, fmt)
         report.snapshots = _seal_snapshots(wal, encryptor)
     finally:
         lock.close()
     return report
 
 
-def _rewrite(wal: str, encryptor: Encryptor, report: EncryptReport) -> None:
+def _rewrite(wal: str, encryptor: Encryptor, report: EncryptReport, fmt: int) -> None:
     tmp = wal + ".encrypt.tmp"
     try:
         with open(tmp, "wb") as out:
-            out.write(header_record(encryptor))
+            out.write(header_record(encryptor, fmt))
             for item in scan(wal):
                 if isinstance(item, Damage):
                     raise WALCorrupted(
@@ -105,8 +116,11 @@ def _rewrite(wal: str, encryptor: Encryptor, report: EncryptReport) -> None:
                     out.write(encode_record(item.data, encryptor))
                     report.records += 1
             out.flush()
-            os.fsync(out.fileno())
             report.bytes_after = out.tell()
+            if fmt == FORMAT_PREALLOCATED:  # the same layout, preallocated again
+                used = report.bytes_after
+                write_zeros(out.fileno(), used, extended_size(used, used + 1))
+            os.fsync(out.fileno())
         os.replace(tmp, wal)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

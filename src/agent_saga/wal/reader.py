@@ -4,6 +4,11 @@ The reader never loads the whole file: it keeps a sliding window of at most one
 frame plus one chunk. After a frame that fails the validity rule it searches for
 the next magic from ``offset + 1`` and goes on with the first valid frame, so every
 valid record before and after the damage is returned (``docs/log-format.md`` §8).
+
+In a preallocated log (format 2, §11.2) the zeros after the last non-zero byte are
+free space: the reader reports nothing there, and classifies what comes before as
+it would a format-1 file that ends at that byte. Zeros *followed* by data are a hole
+in the log, reported as ``corrupt`` damage like any other.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from .format import (
     header_prefix_plausible,
 )
 from .records import LOG_HEADER, META_TYPES, TAIL_REPAIRED
+from .tail import FORMAT_PREALLOCATED, _last_nonzero_end, log_format
 
 __all__ = ["Damage", "Decryptor", "Record", "VerifyReport", "scan", "verify"]
 
@@ -93,7 +99,10 @@ class VerifyReport:
 
     Attributes:
         path: The file checked.
-        size: Its size in bytes (0 when missing).
+        size: Where its data ends, in bytes (0 when missing): the file's size for
+            format 1, the end of the data before the preallocated zeros for format 2.
+        allocated: The file's size on disk (equals ``size`` for format 1).
+        format: Its layout, 1 (append) or 2 (preallocated).
         records: How many valid saga records it holds (the log's own ``log_header``
             and ``tail_repaired`` records are not counted here, only in ``by_type``).
         by_type: Valid records counted per ``type``.
@@ -105,6 +114,8 @@ class VerifyReport:
 
     path: str
     size: int = 0
+    allocated: int = 0
+    format: int = 1
     records: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
     damages: list[Damage] = field(default_factory=list)
@@ -120,7 +131,7 @@ class VerifyReport:
 class _Window:
     """A sliding read window over a file addressed by absolute offsets."""
 
-    __slots__ = ("base", "buf", "eof", "f")
+    __slots__ = ("base", "buf", "eof", "f", "limit")
 
     def __init__(self, f: IO[bytes], start: int) -> None:
         self.f = f
@@ -128,6 +139,14 @@ class _Window:
         self.base = start
         self.buf = bytearray()
         self.eof = False
+        self.limit: int | None = None  # format 2: the data ends here, zeros follow
+
+    def set_limit(self, limit: int) -> None:
+        """Treat ``limit`` as the end of the file (what follows is preallocated zeros)."""
+        self.limit = limit
+        if self.end() >= limit:
+            del self.buf[max(0, limit - self.base) :]
+            self.eof = True
 
     def end(self) -> int:
         return self.base + len(self.buf)
@@ -138,6 +157,8 @@ class _Window:
             chunk = self.f.read(max(_CHUNK, upto - self.base - len(self.buf)))
             if chunk:
                 self.buf += chunk
+                if self.limit is not None and self.end() >= self.limit:
+                    self.set_limit(self.limit)
             else:
                 self.eof = True
         return self.base + len(self.buf) >= upto
@@ -204,9 +225,17 @@ def _scan_file(
     damage_start: int | None = None
     damage_detail = ""
     torn_at: int | None = None
+    prealloc = log_format(f.fileno()) == FORMAT_PREALLOCATED
     while True:
         w.drop_before(pos)
         status, end, detail, data = _frame_at(w, pos)
+        if status != _VALID and prealloc and w.limit is None:
+            # Format 2: where does the data end? Zeros from here on are free space.
+            last = _last_nonzero_end(f.fileno(), pos, os.fstat(f.fileno()).st_size)
+            if last <= pos:
+                return
+            w.set_limit(last)
+            status, end, detail, data = _frame_at(w, pos)
         if status == _EOF:
             return  # clean end: a damaged region never reaches here (pos is a magic)
         if status == _VALID:
@@ -219,6 +248,8 @@ def _scan_file(
                 if decryptor is None:
                     decryptor = _env_decryptor(path, pos)
                 blob = w.get(pos + HEADER_SIZE, end)
+                if len(blob) < end - pos - HEADER_SIZE:  # format 2: ends in zeros
+                    blob = os.pread(f.fileno(), end - pos - HEADER_SIZE, pos + HEADER_SIZE)
                 data = decode_payload(decryptor.decrypt(blob, offset=pos))
             if isinstance(data, str):
                 # crc-valid frame whose payload is not a record: its extent is
@@ -279,6 +310,11 @@ def _frame_at(w: _Window, pos: int) -> tuple[int, int, str, dict[str, Any] | str
         return (_INVALID, pos, detail, None)
     end = pos + HEADER_SIZE + length
     if not w.fill(end):
+        if w.limit is not None:
+            # Format 2: a last frame whose final bytes are zeros ends past the data.
+            payload = os.pread(w.f.fileno(), length, pos + HEADER_SIZE)
+            if len(payload) == length and frame_crc_ok(kind, length, crc, payload):
+                return (_VALID, end, "", decode_payload(payload) if kind == KIND_PLAIN else None)
         return (_INCOMPLETE, pos, "frame extends past end of file", None)
     payload = w.get(pos + HEADER_SIZE, end)
     if not frame_crc_ok(kind, length, crc, payload):
@@ -317,10 +353,17 @@ def verify(path: str | os.PathLike[str], decryptor: Decryptor | None = None) -> 
     """
     report = VerifyReport(path=os.fspath(path))
     try:
-        report.size = os.stat(path).st_size
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return report
+    try:
+        report.allocated = report.size = os.fstat(fd).st_size
+        report.format = log_format(fd)
+    finally:
+        os.close(fd)
+    end = 0
     for item in scan(path, decryptor=decryptor):
+        end = item.end if isinstance(item, Record) else item.offset + item.length
         if isinstance(item, Record):
             t = item.data["type"]
             report.by_type[t] = report.by_type.get(t, 0) + 1
@@ -334,4 +377,6 @@ def verify(path: str | os.PathLike[str], decryptor: Decryptor | None = None) -> 
                     report.encrypted = item.kind == KIND_ENCRYPTED
         else:
             report.damages.append(item)
+    if report.format == FORMAT_PREALLOCATED:
+        report.size = end
     return report

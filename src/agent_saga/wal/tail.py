@@ -7,7 +7,10 @@ append (``docs/log-format.md`` §1 "The log header", §8 "Repairing a torn tail"
   near the end of the file) and classifies what follows the last valid frame:
   nothing, a **torn tail** (an incomplete final frame, or zeros — the signature of a
   crash mid-write, safe to cut), or **damage** (anything else — never cut).
-* :func:`repair_torn_tail` saves a torn tail's bytes beside the log and truncates it.
+* :func:`repair_torn_tail` saves a torn tail's bytes beside the log and truncates it
+  (format 1) or overwrites it with zeros (format 2, the preallocated layout).
+* :func:`log_format` tells the layout (1: append, 2: preallocated, §11), and
+  :func:`data_end` where valid data ends whatever the layout.
 * :func:`read_mode` tells whether a log is plaintext or encrypted (header, or the
   kind of its first valid frame for logs written before headers existed), and
   :func:`check_mode` applies the mode rule to a writer's encryptor.
@@ -45,21 +48,39 @@ from .records import LOG_HEADER, TAIL_REPAIRED
 from .snapshots import write_fully
 
 __all__ = [
+    "FIRST_EXTENT",
+    "FORMAT_APPEND",
+    "FORMAT_PREALLOCATED",
     "KEY_CHECK",
+    "MAX_EXTENT",
     "LogMode",
     "TailState",
     "check_mode",
+    "data_end",
+    "extended_size",
     "find_end",
     "header_record",
+    "log_format",
     "read_mode",
     "repair_record",
     "repair_torn_tail",
+    "write_zeros",
 ]
 
 #: The constant whose envelope (``key_check``) proves a writer holds the log's key.
 KEY_CHECK: Final = b"agent-saga/wal/key-check/v1"
 _WINDOWS: Final = (64 * 1024, 1024 * 1024, MAX_PAYLOAD + HEADER_SIZE + 1)
 _ZERO_CHUNK: Final = 1 << 16
+#: The append layout (``docs/log-format.md`` §11.1): the end of the file is the end of the log.
+FORMAT_APPEND: Final = 1
+#: The preallocated layout (§11.2): frames, then zeros to the end of the file.
+FORMAT_PREALLOCATED: Final = 2
+_ZEROS: Final = bytes(_ZERO_CHUNK)
+#: A format-2 log starts this big and grows by its own size (doubling) ...
+FIRST_EXTENT: Final = 64 * 1024
+#: ... up to extensions of this size (docs/log-format.md §11.2 has the numbers).
+MAX_EXTENT: Final = 8 * 1024 * 1024
+_BIG_ZEROS: Final = bytes(1 << 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +89,9 @@ class TailState:
 
     Attributes:
         end: Offset just past the last valid frame (where a torn tail starts).
-        size: The file's size when looked at.
+        size: The end of the file's data when looked at: its size (format 1), or
+            just past its last non-zero byte, never before ``end`` (format 2: what
+            follows is preallocated zeros).
         kind: ``"clean"`` (``end == size``), ``"torn"`` (``[end, size)`` is an
             incomplete final frame or zeros: cut it) or ``"damage"`` (leave it).
     """
@@ -164,34 +187,154 @@ def _boundary_near_end(fd: int, size: int) -> int:
     return 0
 
 
-def find_end(fd: int, *, start: int | None = None) -> TailState:
-    """Follow valid frames to the end of the file and classify what remains.
+def find_end(fd: int, *, start: int | None = None, fmt: int = FORMAT_APPEND) -> TailState:
+    """Follow valid frames to the end of the data and classify what remains.
 
     Args:
         fd: A readable descriptor of the log.
         start: A known frame boundary (the end of the caller's last batch); None to
-            find one near the end of the file.
+            find one near the end of the data.
+        fmt: The log's layout (:func:`log_format`). In format 2 the zeros after the
+            last frame are free space, not a tail: what lies before the last
+            non-zero byte is classified exactly as format 1 classifies a file of
+            that size. With a ``start``, zeros where a frame should begin are taken
+            as the end without reading the rest of the file (the caller checked
+            the whole tail when it attached; writers only ever write at the end).
 
     Returns:
         Where valid data ends and what follows it.
     """
     size = os.fstat(fd).st_size
-    pos = start if start is not None and 0 <= start <= size else _boundary_near_end(fd, size)
+    if fmt != FORMAT_PREALLOCATED:
+        pos = start if start is not None and 0 <= start <= size else _boundary_near_end(fd, size)
+        while pos < size:
+            end = _valid_frame_at(fd, pos, size)
+            if end is None:
+                return TailState(pos, size, _classify_rest(fd, pos, size))
+            pos = end
+        return TailState(pos, size, "clean")
+    incremental = start is not None and 0 <= start <= size
+    if incremental:
+        assert start is not None
+        pos = start
+    else:
+        pos = _boundary_near_end(fd, _last_nonzero_end(fd, 0, size))
     while pos < size:
         end = _valid_frame_at(fd, pos, size)
         if end is None:
-            return TailState(pos, size, _classify_rest(fd, pos, size))
+            break
         pos = end
-    return TailState(pos, size, "clean")
+    if pos >= size:
+        return TailState(pos, pos, "clean")
+    if incremental and _pread(fd, HEADER_SIZE, pos) == _ZEROS[:HEADER_SIZE]:
+        return TailState(pos, pos, "clean")
+    data = _last_nonzero_end(fd, pos, size)
+    if data == pos:
+        return TailState(pos, pos, "clean")
+    return TailState(pos, data, _classify_rest(fd, pos, data))
 
 
-def repair_torn_tail(fd: int, path: str, tail: TailState) -> tuple[bytes, str]:
-    """Save a torn tail's bytes to ``<wal>.d/torn/`` and truncate the log to ``tail.end``.
+def _last_nonzero_end(fd: int, floor: int, size: int) -> int:
+    """Return the offset just past the last non-zero byte in ``[floor, size)``, or ``floor``."""
+    pos = size
+    while pos > floor:
+        n = min(_ZERO_CHUNK, pos - floor)
+        chunk = _pread(fd, n, pos - n)
+        if len(chunk) < n:
+            return pos  # the file shrank under us: take it as data, never as free space
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            return pos - n + len(stripped)
+        pos -= n
+    return floor
+
+
+def extended_size(size: int, need: int) -> int:
+    """The size a format-2 file grows to so that ``need`` bytes fit (§11.2).
+
+    At least :data:`FIRST_EXTENT`; then each extension adds the file's own size
+    (doubling), capped at :data:`MAX_EXTENT`; rounded up to 4 KiB.
+
+    Args:
+        size: The file's current size.
+        need: The offset the data must reach.
+
+    Returns:
+        The new size (``size`` itself when ``need`` already fits).
+    """
+    new = max(size, FIRST_EXTENT)
+    while new < need:
+        new += min(new, MAX_EXTENT)
+    return -(-new // 4096) * 4096
+
+
+def log_format(fd: int) -> int:
+    """Return the log's layout: 2 when its first frame is a format-2 header, else 1.
+
+    Args:
+        fd: A readable descriptor of the log.
+
+    Returns:
+        :data:`FORMAT_PREALLOCATED` or :data:`FORMAT_APPEND` (also for an empty
+        file, a log without a header, or one whose header is damaged: format 1 reads
+        the preallocated zeros as a torn tail, which loses nothing).
+    """
+    head = _pread(fd, HEADER_SIZE, 0)
+    if len(head) < HEADER_SIZE:
+        return FORMAT_APPEND
+    status, kind, length, crc, _ = check_header(head)
+    if status != "ok" or kind != KIND_PLAIN or length > 4096:
+        return FORMAT_APPEND
+    payload = _pread(fd, length, HEADER_SIZE)
+    if not frame_crc_ok(kind, length, crc, payload):
+        return FORMAT_APPEND
+    record = decode_payload(payload)
+    if (
+        isinstance(record, dict)
+        and record.get("type") == LOG_HEADER
+        and record.get("format") == FORMAT_PREALLOCATED
+    ):
+        return FORMAT_PREALLOCATED
+    return FORMAT_APPEND
+
+
+def data_end(path: str | os.PathLike[str]) -> int:
+    """Where the next frame of the log at ``path`` would go (0 when it is missing).
+
+    The file's size for format 1 (today's meaning, torn tail included); for format 2
+    the end of its data, never the end of its preallocated zeros.
+
+    Args:
+        path: The log.
+
+    Returns:
+        A byte offset.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return 0
+    try:
+        if log_format(fd) != FORMAT_PREALLOCATED:
+            return os.fstat(fd).st_size
+        return find_end(fd, fmt=FORMAT_PREALLOCATED).size
+    finally:
+        os.close(fd)
+
+
+def repair_torn_tail(
+    fd: int, path: str, tail: TailState, fmt: int = FORMAT_APPEND
+) -> tuple[bytes, str]:
+    """Save a torn tail's bytes to ``<wal>.d/torn/`` and cut it off the log.
+
+    Format 1 truncates the log to ``tail.end``; format 2 overwrites the torn bytes
+    with zeros (free space again) and fsyncs, so the file keeps its preallocation.
 
     Args:
         fd: A writable descriptor of the log (the append lock is held).
         path: The log's path.
         tail: A ``"torn"`` state from :func:`find_end`.
+        fmt: The log's layout.
 
     Returns:
         The removed bytes and the name of the file they were saved to.
@@ -206,8 +349,22 @@ def repair_torn_tail(fd: int, path: str, tail: TailState) -> tuple[bytes, str]:
         os.fsync(out)
     finally:
         os.close(out)
-    os.ftruncate(fd, tail.end)
+    if fmt == FORMAT_PREALLOCATED:
+        write_zeros(fd, tail.end, tail.size)
+        os.fsync(fd)
+    else:
+        os.ftruncate(fd, tail.end)
     return data, name
+
+
+def write_zeros(fd: int, start: int, end: int) -> None:
+    """Write real zero bytes over ``[start, end)`` with ``pwrite`` (no fsync)."""
+    pos = start
+    while pos < end:
+        n = os.pwrite(fd, memoryview(_BIG_ZEROS)[: min(len(_BIG_ZEROS), end - pos)], pos)
+        if n <= 0:
+            raise OSError(f"pwrite returned {n}")
+        pos += n
 
 
 def repair_record(tail: TailState, removed: bytes, saved: str, by: str) -> dict[str, Any]:
@@ -287,11 +444,19 @@ def _mode_from_header(record: dict[str, Any], offset: int) -> LogMode:
     return LogMode(True, key_id if isinstance(key_id, str) else None, check, offset, header=True)
 
 
-def header_record(encryptor: Encryptor | None) -> bytes:
-    """The encoded ``log_header`` frame for a new log (always a plaintext frame)."""
+def header_record(encryptor: Encryptor | None, fmt: int = FORMAT_APPEND) -> bytes:
+    """The encoded ``log_header`` frame for a new log (always a plaintext frame).
+
+    Args:
+        encryptor: The log's encryptor (its ``key_check`` goes in), or None.
+        fmt: The layout, :data:`FORMAT_APPEND` or :data:`FORMAT_PREALLOCATED`.
+
+    Returns:
+        The frame bytes.
+    """
     record: dict[str, Any] = {
         "type": LOG_HEADER,
-        "format": 1,
+        "format": fmt,
         "log": uuid.uuid4().hex,
         "created": time.time(),
         "encryption": None,

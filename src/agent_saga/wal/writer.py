@@ -2,9 +2,10 @@
 
 One :class:`WALWriter` per (process, WAL path), shared through :func:`open_writer`.
 Callers encode their record in their own thread and enqueue it; one flusher thread
-takes everything queued, writes it with one ``write`` on an ``O_APPEND`` descriptor
-while holding the cross-process lock, releases the lock, fsyncs once, and releases
-every waiter of that batch together (``docs/log-format.md`` §3-§6).
+takes everything queued, writes it with one ``write`` while holding the cross-process
+lock — at the end of an ``O_APPEND`` file (format 1), or into the preallocated zeros
+of a format-2 file —, releases the lock, fsyncs (format 2: ``fdatasync``) once, and
+releases every waiter of that batch together (``docs/log-format.md`` §3-§6, §11).
 
 This module holds the writer, the per-process registry behind :func:`open_writer`
 and its fork/exit hooks. The writer's I/O seam, counters and batch live in
@@ -18,6 +19,7 @@ import asyncio
 import atexit
 import contextlib
 import errno
+import fcntl
 import os
 import threading
 import time
@@ -34,9 +36,22 @@ from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
 from .records import ESCALATED
 from .snapshots import write_fully
-from .tail import check_mode, find_end, header_record, read_mode, repair_record, repair_torn_tail
+from .tail import (
+    FORMAT_APPEND,
+    FORMAT_PREALLOCATED,
+    check_mode,
+    extended_size,
+    find_end,
+    header_record,
+    log_format,
+    read_mode,
+    repair_record,
+    repair_torn_tail,
+    write_zeros,
+)
 
 __all__ = [
+    "DEFAULT_LOG_FORMAT",
     "Backpressure",
     "ExclusiveHandle",
     "WALWriter",
@@ -47,6 +62,11 @@ __all__ = [
 ]
 
 Backpressure = Literal["raise", "block"]
+
+#: The layout new logs get when no ``log_format`` is given: the preallocated one,
+#: measured at 0.5-0.85x the cost of append+fsync per durable write on this
+#: project's reference disk (docs/performance.md, "Preallocated WAL").
+DEFAULT_LOG_FORMAT: int = FORMAT_PREALLOCATED
 
 
 class WALWriter:
@@ -60,6 +80,9 @@ class WALWriter:
         backpressure: ``"raise"`` (``WALFull`` at once) or ``"block"`` (wait up to
             ``block_timeout`` seconds, then ``WALFull``). Nothing is ever dropped.
         block_timeout: Seconds ``"block"`` waits for room.
+        log_format: The layout of a log this writer creates: 2 (preallocated) or 1
+            (append); None: :data:`DEFAULT_LOG_FORMAT` (2). An existing log keeps its own layout; only
+            compaction converts one (``docs/log-format.md`` §11).
         _io: Test seam for write/fsync/renewal.
 
     Raises:
@@ -85,8 +108,13 @@ class WALWriter:
         queue_limit: int = 65536,
         backpressure: Backpressure = "raise",
         block_timeout: float = 5.0,
+        log_format: int | None = None,
         _io: WriterIO | None = None,
     ) -> None:
+        if log_format is None:
+            log_format = DEFAULT_LOG_FORMAT
+        if log_format not in (FORMAT_APPEND, FORMAT_PREALLOCATED):
+            raise SagaUsageError(f"log_format must be 1 or 2, not {log_format!r}")
         if backpressure not in ("raise", "block"):
             raise SagaUsageError(f"backpressure must be 'raise' or 'block', not {backpressure!r}")
         if queue_limit < 1 or lease_seconds <= 0 or block_timeout < 0:
@@ -131,6 +159,9 @@ class WALWriter:
         # End of valid data as of this writer's last write, under the lock: when the
         # file's size still equals it, nobody else wrote since (docs/log-format.md §5).
         self._known_end: int | None = None
+        self._create_format = log_format
+        self._format = FORMAT_APPEND  # the attached log's layout, set by _attach_locked
+        self._size = 0  # format 2: the file's size (its preallocation) as last seen
         self._fd = -1
         try:
             parent = os.path.dirname(self.path)
@@ -268,7 +299,7 @@ class WALWriter:
         try:
             with self._plock, self._io_lock:
                 self._write_locked(data)
-                self._io.fsync(self._fd)
+                self._sync()
         except OSError as exc:
             raise WALWriteFailed(
                 f"writing an escalation to {self.path} failed ({exc!r})", path=self.path
@@ -545,7 +576,7 @@ class WALWriter:
                 # Other processes may append while we fsync: fsync covers our bytes either way.
                 self._plock.release()
                 locked = False
-                self._io.fsync(self._fd)
+                self._sync()
                 crashpoint("wal.after_fsync")
                 self.stats.fsyncs += 1
                 self.stats.batches += 1
@@ -599,49 +630,104 @@ class WALWriter:
                 raise OSError(f"write returned {n}")
             view = view[n:]
 
+    def _sync(self) -> None:
+        """Make the written bytes durable: ``fdatasync`` in format 2, ``fsync`` in format 1.
+
+        In a preallocated file a write changes neither the size nor the block map,
+        so the data flush is all there is to commit (docs/log-format.md §11.2).
+        """
+        if self._format == FORMAT_PREALLOCATED:
+            self._io.fdatasync(self._fd)
+        else:
+            self._io.fsync(self._fd)
+
     def _write_locked(self, data: bytes) -> None:
         """Append ``data`` at the end of valid data (called holding the process lock).
 
-        A write that fails part-way is cut back off, so a failed batch never leaves a
-        partial frame for later batches to bury mid-file (docs/log-format.md §3).
+        A write that fails part-way is cut back off (format 1) or zeroed again
+        (format 2), so a failed batch never leaves a partial frame for later batches
+        to bury mid-file (docs/log-format.md §3).
         """
         data = self._prepare_append_locked() + data
         start = self._known_end
+        if self._format == FORMAT_PREALLOCATED:
+            assert start is not None  # _prepare_append_locked always finds it in format 2
+            if start + len(data) > self._size:
+                self._extend_locked(start + len(data))
         try:
             self._write_all(data)
         except BaseException:
             try:
                 if start is None:
                     raise OSError("no known end")
-                os.ftruncate(self._fd, start)
+                if self._format == FORMAT_PREALLOCATED:
+                    write_zeros(self._fd, start, os.lseek(self._fd, 0, os.SEEK_CUR))
+                    os.lseek(self._fd, start, os.SEEK_SET)
+                else:
+                    os.ftruncate(self._fd, start)
             except OSError:
                 self._known_end = None  # the next writer's tail check repairs it
             raise
         self._known_end = None if start is None else start + len(data)
 
+    def _extend_locked(self, need: int) -> None:
+        """Grow a format-2 file with real zeros so ``need`` fits, and fsync (§11.2).
+
+        Called holding the process lock, so no other writer can be writing into the
+        region being zeroed. On failure (``ENOSPC``) the file is cut back to its old
+        size and nothing of the batch is written.
+        """
+        old = self._size
+        new = extended_size(old, need)
+        try:
+            if is_armed("wal.mid_extend"):
+                # Crash tests: die with half of the extension written.
+                write_zeros(self._fd, old, old + (new - old) // 2)
+                crashpoint("wal.mid_extend")
+            write_zeros(self._fd, old, new)
+            os.fsync(self._fd)  # the size changed: fsync, not fdatasync
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, old)  # only our zeros lie beyond it
+            raise
+        self._size = new
+
     def _prepare_append_locked(self) -> bytes:
         """Find where to append; return frames that must go first (a repair record).
 
-        Called holding the process lock. One ``fstat`` tells both whether compaction
-        or a migration replaced the file (our inode lost its last link) and whether
-        anyone appended since our last write (the size moved).
+        Called holding the process lock. One ``fstat`` tells whether compaction or a
+        migration replaced the file (our inode lost its last link), and in format 1
+        whether anyone appended since our last write (the size moved). In format 2
+        the size does not move with writes: the 12 bytes at the end of our last
+        batch are still zeros exactly when nobody wrote since.
         """
         st = os.fstat(self._fd)
         if st.st_nlink == 0 and self._replaced():
             self._attach_locked()
             st = os.fstat(self._fd)
-        if st.st_size == self._known_end:
+        k = self._known_end
+        if self._format == FORMAT_PREALLOCATED:
+            self._size = st.st_size
+            if k is not None and k <= st.st_size:
+                head = os.pread(self._fd, 12, k)
+                if head.count(0) == len(head):
+                    return b""
+            return self._check_tail_locked()
+        if st.st_size == k:
             return b""
         return self._check_tail_locked()
 
     def _check_tail_locked(self) -> bytes:
-        tail = find_end(self._fd, start=self._known_end)
+        fmt = self._format
+        tail = find_end(self._fd, start=self._known_end, fmt=fmt)
         prefix = b""
         if tail.kind == "torn":
-            removed, saved = repair_torn_tail(self._fd, self.path, tail)
+            removed, saved = repair_torn_tail(self._fd, self.path, tail, fmt)
             self.stats.tail_repairs += 1
             prefix = encode_record(repair_record(tail, removed, saved, self.owner), self._encryptor)
         self._known_end = tail.append_at
+        if fmt == FORMAT_PREALLOCATED:
+            os.lseek(self._fd, tail.append_at, os.SEEK_SET)
         return prefix
 
     def _attach_locked(self) -> None:
@@ -649,19 +735,37 @@ class WALWriter:
 
         Called holding the process lock, at start and after the file was replaced.
         A log with no valid frame yet gets its header now, fsynced: its mode is fixed
-        before any other writer can look.
+        before any other writer can look. An empty file becomes a log of this
+        writer's ``log_format``; a format-2 log is preallocated right away.
         """
         fd = self._open()
         try:
             mode = read_mode(fd)
             check_mode(mode, self._encryptor, self.path)
+            st = os.fstat(fd)
+            if mode.encrypted is None and st.st_size == 0:
+                fmt = self._create_format
+            elif mode.encrypted is None:
+                fmt = FORMAT_APPEND  # bytes but no frame: a header can only be appended
+            else:
+                fmt = log_format(fd)
+            if fmt == FORMAT_APPEND:
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         except BaseException:
             os.close(fd)
             raise
-        old, self._fd, self._known_end = self._fd, fd, None
+        old, self._fd, self._known_end, self._format = self._fd, fd, None, fmt
+        self._size = st.st_size
         if old >= 0:
             os.close(old)
-        if mode.encrypted is None:
+        if mode.encrypted is None and fmt == FORMAT_PREALLOCATED:
+            header = header_record(self._encryptor, FORMAT_PREALLOCATED)
+            write_fully(self._fd, header)
+            size = extended_size(0, len(header))
+            write_zeros(self._fd, len(header), size)
+            os.fsync(self._fd)
+            self._known_end, self._size = len(header), size
+        elif mode.encrypted is None:
             # Not through the test seam (self._io): opening a log is not a batch.
             write_fully(self._fd, header_record(self._encryptor) + self._check_tail_locked())
             os.fsync(self._fd)
@@ -674,7 +778,9 @@ class WALWriter:
             return True
 
     def _open(self) -> int:
-        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        # O_APPEND is set by _attach_locked for format 1 only: format 2 writes at
+        # the end of its data, inside the file.
+        flags = os.O_RDWR | os.O_CLOEXEC
         try:
             fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
@@ -734,6 +840,7 @@ def open_writer(
     queue_limit: int = 65536,
     backpressure: Backpressure = "raise",
     block_timeout: float = 5.0,
+    log_format: int | None = None,
 ) -> WALWriter:
     """Return this process's writer for ``path``, creating it on first use.
 
@@ -747,6 +854,7 @@ def open_writer(
         queue_limit: See :class:`WALWriter`.
         backpressure: See :class:`WALWriter`.
         block_timeout: See :class:`WALWriter`.
+        log_format: See :class:`WALWriter` (only for a log that does not exist yet).
 
     Returns:
         The shared writer.
@@ -766,6 +874,7 @@ def open_writer(
                 queue_limit=queue_limit,
                 backpressure=backpressure,
                 block_timeout=block_timeout,
+                log_format=log_format,
             )
             _registry[key] = w
         return w

@@ -46,6 +46,7 @@ from .secrets import redact
 from .wal import records as R
 from .wal.reader import Damage, Record, scan
 from .wal.state import ApprovalView, SagaFold, fold_file
+from .wal.tail import data_end
 from .wal.writer import WALWriter, open_writer
 
 __all__ = ["ApprovalQueue", "ApprovalView", "decide_approval", "list_approvals"]
@@ -225,11 +226,13 @@ def _as_decision(answer: ApprovalView) -> Decision:
 
 
 def _stat(path: str) -> tuple[int, int]:
+    """``(end of the log's data, inode)``: not the file's size, which for a
+    preallocated log (docs/log-format.md §11.2) lies past its zeros."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return 0, 0
-    return st.st_size, st.st_ino
+    return data_end(path), st.st_ino
 
 
 def _positive(value: object) -> bool:

@@ -164,9 +164,7 @@ def test_a_crc_failure_followed_by_valid_frames_is_not_cut(tmp_path: Path, layou
     assert [(d.offset, d.kind) for d in report.damages] == [(last, "corrupt")]
 
 
-def test_a_write_that_fails_half_way_is_cut_back_by_the_writer(
-    tmp_path: Path, layout: int
-) -> None:
+def test_a_write_that_fails_half_way_is_cut_back_by_the_writer(tmp_path: Path, layout: int) -> None:
     p = tmp_path / "f.wal"
     fail = {"on": False}
 

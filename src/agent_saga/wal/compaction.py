@@ -170,7 +170,7 @@ def _new_header(src: int, target: int | None) -> tuple[int, bytes | None]:
         return fmt, None
     mode = read_mode(src)
     if mode.header:
-        _, _, length, _, _ = HEADER.unpack(_pread(src, HEADER_SIZE, mode.offset))
+        length = HEADER.unpack(_pread(src, HEADER_SIZE, mode.offset))[3]
         record = decode_payload(_pread(src, length, mode.offset + HEADER_SIZE))
         assert isinstance(record, dict)
         return target, encode_record({**record, "format": target})

@@ -29,7 +29,8 @@ def _records(path: Path) -> list[dict[str, object]]:
 
 def _header(path: Path) -> dict[str, object]:
     first = next(iter(scan(path)))
-    assert isinstance(first, Record) and first.data["type"] == "log_header"
+    assert isinstance(first, Record)
+    assert first.data["type"] == "log_header"
     return first.data
 
 
@@ -41,7 +42,8 @@ def test_a_new_log_is_preallocated_and_its_zero_tail_is_never_damage(tmp_path: P
     w.close()
     assert _header(p)["format"] == 2
     report = verify(p)
-    assert report.ok and report.repairs == []
+    assert report.ok
+    assert report.repairs == []
     assert (report.format, report.allocated) == (2, FIRST_EXTENT)
     assert report.size == data_end(p) < FIRST_EXTENT
     assert p.read_bytes()[report.size :] == bytes(FIRST_EXTENT - report.size)
@@ -82,7 +84,8 @@ def test_a_format_1_log_is_still_read_and_appended_as_before(tmp_path: Path) -> 
     w.close()
     assert _header(p)["format"] == 1
     report = verify(p)
-    assert report.ok and (report.format, report.size) == (1, p.stat().st_size)
+    assert report.ok
+    assert (report.format, report.size) == (1, p.stat().st_size)
     assert _records(p) == [rec(0), rec(1)]
 
 
@@ -99,11 +102,14 @@ def test_compaction_converts_format_1_into_format_2_and_writers_follow(tmp_path:
     w.append(rec(5))  # the open writer finds the new inode and its layout
     w.close()
     after = verify(p)
-    assert after.ok and after.format == 2 and after.allocated > after.size
+    assert after.ok
+    assert after.format == 2
+    assert after.allocated > after.size
     assert _records(p) == [*before, rec(5)]
     # And back: an explicit way to keep (or get) format 1.
     compact(p, archive=None, log_format=1)
-    assert _header(p)["format"] == 1 and verify(p).size == p.stat().st_size
+    assert _header(p)["format"] == 1
+    assert verify(p).size == p.stat().st_size
     assert _records(p) == [*before, rec(5)]
 
 
@@ -165,4 +171,5 @@ def test_no_space_during_an_extension_fails_the_batch_and_keeps_the_log(tmp_path
     w.append(rec(1))
     w.close()
     assert _records(wal)[-1] == rec(1)
-    assert verify(wal).ok and wal.stat().st_size > FIRST_EXTENT
+    assert verify(wal).ok
+    assert wal.stat().st_size > FIRST_EXTENT

@@ -81,8 +81,8 @@ class WALWriter:
             ``block_timeout`` seconds, then ``WALFull``). Nothing is ever dropped.
         block_timeout: Seconds ``"block"`` waits for room.
         log_format: The layout of a log this writer creates: 2 (preallocated) or 1
-            (append); None: :data:`DEFAULT_LOG_FORMAT` (2). An existing log keeps its own layout; only
-            compaction converts one (``docs/log-format.md`` §11).
+            (append); None: :data:`DEFAULT_LOG_FORMAT` (2). An existing log keeps
+            its own layout; only compaction converts one (``docs/log-format.md`` §11).
         _io: Test seam for write/fsync/renewal.
 
     Raises:

@@ -345,7 +345,6 @@ def open_store(location: str | os.PathLike[str] | LogStore) -> LogStore:
         scheme = text.split("://", 1)[0]
         # Never echo the rest: a URL may carry a password.
         raise SagaUsageError(
-            f"WAL location {scheme}://...: only file paths and postgresql:// URLs are "
-            "supported"
+            f"WAL location {scheme}://...: only file paths and postgresql:// URLs are supported"
         )
     return FileStore(text)

@@ -7,6 +7,7 @@ holding the lock (``docs/log-format.md`` §3-§6).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,10 @@ class ExclusiveHandle:
             An iterator of records and damages, as :func:`reader.scan`.
         """
         return scan(self._w.path, start=offset, decryptor=self._w._encryptor)
+
+    def now(self) -> float:
+        """The log's clock: this host's wall clock (leases and claims are judged by it)."""
+        return time.time()
 
     def size(self) -> int:
         """Return where the next append lands: the end of the log's data in bytes.

@@ -44,6 +44,7 @@ class GatedIO(WriterIO):
         self.write_calls = 0
         self.write = self._write
         self.fsync = self._fsync
+        self.fdatasync = self._fsync  # the sync of a preallocated (format 2) log
 
     def _write(self, fd: int, data: memoryview) -> int:
         self.write_calls += 1

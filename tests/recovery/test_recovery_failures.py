@@ -12,6 +12,7 @@ import time
 import pytest
 
 from agent_saga.cli import main as agent_saga_main
+from agent_saga.wal.tail import data_end
 
 pytestmark = pytest.mark.slow
 
@@ -99,12 +100,15 @@ def test_truncated_wal_at_many_offsets_never_stops_the_daemon(world):
     _crashed_saga(world)
     pristine = world.tmp / "pristine.wal"
     shutil.copy(world.wal, pristine)
-    size = pristine.stat().st_size
+    size = data_end(pristine)
+    whole = pristine.read_bytes()
     frames = _frames(str(pristine))
     ends = {end for _, end in frames}
     for cut in range(0, size, 37):
         copy = world.tmp / f"cut-{cut}.wal"
-        copy.write_bytes(pristine.read_bytes()[:cut])
+        # A write cut at ``cut``: the file ends there (format 1), or zeros follow (2;
+        # at 0 nothing was created yet).
+        copy.write_bytes(whole[:cut] + (bytes(len(whole) - size) if cut else b""))
         from agent_saga.recovery import RecoveryDaemon
 
         events = []
@@ -157,7 +161,7 @@ def test_each_pass_reads_only_what_was_appended_since_the_last(world):
     daemon.run_once()  # picks up the records the first pass itself appended
     assert daemon.run_once().records_read == 0, "nothing new: nothing read"
 
-    size = os.path.getsize(world.wal)
+    size = data_end(world.wal)
     world.agent(items=["c"])  # one more saga, committed by a live agent
     appended = sum(1 for _ in scan(world.wal, start=size))
     assert appended > 0

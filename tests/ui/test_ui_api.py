@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_saga.wal.reader import Damage, Record, scan, verify
+from agent_saga.wal.tail import data_end
 from conftest import (
     BIN,
     TOKEN,
@@ -41,7 +41,7 @@ def test_meta_reports_the_wal_its_size_records_and_no_damage(
     meta = served_world.get("/api/v1/meta")
     report = verify(world.wal)
     assert meta["wal_path"] == str(world.wal)
-    assert meta["size"] == report.size == os.path.getsize(world.wal)
+    assert meta["size"] == report.size == data_end(world.wal)
     assert meta["records"] == report.records
     assert meta["sagas"] == len(world.names)
     assert meta["damage_count"] == 0
@@ -208,7 +208,7 @@ def test_a_resolution_without_a_note_or_with_a_credential_in_it_is_refused(
 ) -> None:
     ui = ui_factory(world_copy.wal, token=TOKEN, env=world_copy.env)
     esc = ui.get("/api/v1/escalations")["items"][0]["escalation"]
-    size = os.path.getsize(world_copy.wal)
+    size = data_end(world_copy.wal)
     status, doc = ui.post(f"/api/v1/escalations/{esc}/resolve", {"note": "  "})
     assert status == 400
     assert "note" in doc["error"]
@@ -216,7 +216,7 @@ def test_a_resolution_without_a_note_or_with_a_credential_in_it_is_refused(
     status, doc = ui.post(f"/api/v1/escalations/{esc}/resolve", {"note": f"used {leaked}"})
     assert status == 400
     assert leaked not in json.dumps(doc)
-    assert os.path.getsize(world_copy.wal) == size  # nothing written
+    assert data_end(world_copy.wal) == size  # nothing written
 
 
 def test_a_pending_approval_is_listed_and_approving_it_lets_the_agent_proceed(
@@ -283,10 +283,13 @@ def _damage(wal: Path) -> tuple[int, int]:
     """Flip a payload byte of the middle record and leave a torn frame at the end."""
     records = [i for i in scan(wal) if isinstance(i, Record)]
     victim = records[len(records) // 2]
+    end = data_end(wal)  # format 2: the zeros after it are free space
     data = bytearray(wal.read_bytes())
     data[victim.offset + 20] ^= 0xFF
-    wal.write_bytes(bytes(data) + b"\xa5\x5a\x01\x01\x40\x00")
-    return victim.offset, len(data)
+    torn = b"\xa5\x5a\x01\x01\x40\x00"
+    data[end : end + len(torn)] = torn
+    wal.write_bytes(bytes(data))
+    return victim.offset, end
 
 
 def test_a_damaged_wal_shows_the_damage_with_offsets_and_every_valid_record(
@@ -410,7 +413,7 @@ def test_new_records_appear_without_a_restart_and_compaction_is_followed(
         lambda: (m := ui.get("/api/v1/meta"))["rebuilds"] >= 1 and m, what="the rebuild"
     )
     assert meta["sagas"] == 0
-    assert meta["size"] == os.path.getsize(wal)
+    assert meta["size"] == data_end(wal)
     run_agent("commit", wal, env=env)
     ui.wait_for(lambda: ui.get("/api/v1/sagas")["counts"]["committed"] == 1, what="new saga")
 
@@ -456,7 +459,9 @@ def test_the_damage_reader_agrees_with_the_index_on_a_torn_tail_only(tmp_path: P
 
     wal = tmp_path / "t.wal"
     run_agent("commit", wal, env=child_env(tmp_path))
-    with open(wal, "ab") as f:
+    end = data_end(wal)  # where the next frame goes, whatever the layout
+    with open(wal, "r+b") as f:
+        f.seek(end)
         f.write(b"\xa5\x5a\x01")
     index = WalIndex(str(wal))
     index.refresh()

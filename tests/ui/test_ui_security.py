@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from ui_agent import SECRET_VALUE, XSS
 
+from agent_saga.wal.tail import data_end
 from conftest import BIN, TOKEN, UI, World, child_env
 
 pytestmark = pytest.mark.slow
@@ -109,7 +109,7 @@ def test_state_changing_requests_need_token_same_origin_and_csrf_header(
     ui = ui_factory(world_copy.wal, token=TOKEN, env=world_copy.env)
     esc = ui.get("/api/v1/escalations")["items"][0]["escalation"]
     path = f"/api/v1/escalations/{esc}/resolve"
-    size = os.path.getsize(world_copy.wal)
+    size = data_end(world_copy.wal)
     body = json.dumps({"note": "csrf attempt"}).encode()
     csrf = ui.get("/api/v1/meta")["csrf"]
     good = {
@@ -136,10 +136,10 @@ def test_state_changing_requests_need_token_same_origin_and_csrf_header(
     for why, (headers, with_token) in attempts.items():
         status, _, _ = ui.request("POST", path, body=body, headers=headers, auth=with_token)
         assert status in (401, 403, 415), why
-        assert os.path.getsize(world_copy.wal) == size, why
+        assert data_end(world_copy.wal) == size, why
     status, _, _ = ui.request("POST", path, body=body, headers=good)
     assert status == 200
-    assert os.path.getsize(world_copy.wal) > size
+    assert data_end(world_copy.wal) > size
 
 
 def _headers_ok(headers: dict[str, str]) -> None:

@@ -32,6 +32,7 @@ from ..wal import records as R
 from ..wal.lease import LeaseTable
 from ..wal.reader import Damage, Decryptor, Record, scan
 from ..wal.state import SagaFold, SagaView
+from ..wal.tail import data_end
 
 __all__ = [
     "STATUSES",
@@ -219,7 +220,7 @@ class WalIndex:
                 self._reset()  # compacted: every offset moved
                 self.stats.rebuilds = rebuilds
             self._inode = st.st_ino
-            self.stats.size = st.st_size
+            self.stats.size = data_end(self.path)  # format 2: not its zeros
             n = 0
             self._torn = None
             items = scan(self.path, start=self._offset, decryptor=self._decryptor)

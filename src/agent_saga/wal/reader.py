@@ -234,6 +234,10 @@ def _scan_file(
             last = _last_nonzero_end(f.fileno(), pos, os.fstat(f.fileno()).st_size)
             if last <= pos:
                 return
+            # Read again from here: the window may hold zeros that a writer in
+            # another process has filled since (a frame being written would then
+            # look crc-invalid, i.e. corrupt, instead of incomplete).
+            w = _Window(f, pos)
             w.set_limit(last)
             status, end, detail, data = _frame_at(w, pos)
         if status == _EOF:

@@ -36,6 +36,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 SERVICE_HINTS: dict[str, str] = {
     "AGENT_SAGA_TEST_PG": "run `make test`, or `.venv/bin/python scripts/testenv run --only "
     "postgres -- .venv/bin/python -m pytest`, which start PostgreSQL on 127.0.0.1",
+    "AGENT_SAGA_TEST_REDIS": "run `make test`, or `.venv/bin/python scripts/testenv run --only "
+    "redis -- .venv/bin/python -m pytest`, which start redis-server on 127.0.0.1 (Debian "
+    "package redis-server)",
     "AGENT_SAGA_TEST_CHROMIUM": "install Debian's chromium (`apt-get install -y chromium`) and "
     "set it to the executable's path, or run `make test`",
 }

@@ -43,7 +43,7 @@ from ..wal.reader import Damage, Record, scan
 from ..wal.state import RetryView, SagaFold, SagaView, StepView
 from ..wal.writer import WALWriter, open_writer
 from .liveness import Liveness, liveness
-from .locks import FileLock, Lock
+from .locks import FileLock, Lock, lock_holds
 
 __all__ = ["PassReport", "RecoveryDaemon"]
 
@@ -82,7 +82,9 @@ class RecoveryDaemon:
         wal_path: The write-ahead log.
         claim_seconds: How long a claim lasts; it is renewed while work goes on.
         compensation_retry: Attempts and backoff per compensation before escalating.
-        lock: The lock backend (default: a :class:`FileLock` beside the WAL).
+        lock: The lock backend (default: a :class:`FileLock` beside the WAL). When it
+            has ``held(key, token)`` (a network lock), the grant is checked before
+            every compensation, as the claim is.
         encryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
         emit: Receives one dict per decision (default: JSON lines on stdout).
     """
@@ -226,7 +228,7 @@ class RecoveryDaemon:
         try:
             fence = self._claim(saga_id)
             if fence is not None:
-                self._resolve(saga_id, fence)
+                self._resolve(saga_id, fence, lock_token)
         finally:
             self._lock.release(saga_id, lock_token)
 
@@ -328,7 +330,17 @@ class RecoveryDaemon:
                 return offset
         return None
 
-    def _resolve(self, saga_id: str, fence: int) -> None:
+    def _holds(self, saga_id: str, fence: int, lock_token: int) -> bool:
+        """Our claim stands and our lock grant too (a network lock can lose it)."""
+        if not self._still_ours(saga_id, fence):
+            self._emit("lost-claim", saga=saga_id, fence=fence)
+            return False
+        if not lock_holds(self._lock, saga_id, lock_token):
+            self._emit("lost-lock", saga=saga_id, fence=fence, lock_token=lock_token)
+            return False
+        return True
+
+    def _resolve(self, saga_id: str, fence: int, lock_token: int) -> None:
         view = self._fold.get(saga_id)
         assert view is not None
         escalated = bool(view.escalations)
@@ -344,13 +356,11 @@ class RecoveryDaemon:
         for step in pending:
             if self._stop.is_set():
                 return  # the claim expires; another pass finishes the saga
-            if not self._still_ours(saga_id, fence):
-                self._emit("lost-claim", saga=saga_id, fence=fence)
+            if not self._holds(saga_id, fence, lock_token):
                 return
             outcome = self._undo(saga_id, step, damaged_at)
             escalated = escalated or outcome == "escalated"
-        if not self._still_ours(saga_id, fence):
-            self._emit("lost-claim", saga=saga_id, fence=fence)
+        if not self._holds(saga_id, fence, lock_token):
             return
         outcome = "escalated" if escalated else "rolled_back"
         self.log().append(
@@ -400,6 +410,9 @@ class RecoveryDaemon:
                     "resolve this by hand",
                 )
                 return
+            if not lock_holds(self._lock, saga_id, token):
+                self._emit("lost-lock", saga=saga_id, lock_token=token)
+                return  # the retry stays pending: a later pass carries it out
             outcome = self._undo(saga_id, step, self._damaged(view))
             if outcome != "escalated":
                 self.log().append(

@@ -24,7 +24,7 @@ has a timeout; a server that is down makes :meth:`~PgAdvisoryLock.acquire` retur
 None and log one warning (the daemon skips the saga: fail closed).
 
 The password comes from libpq's usual places (``PGPASSWORD``, ``~/.pgpass``, a
-service file), the URL, or a :class:`~agent_saga.CredentialRef`; the URL is only
+service file), the URL, or a :class:`~agent_saga.connectors.CredentialRef`; the URL is only
 ever printed with ``***`` in place of a password.
 """
 

@@ -22,7 +22,7 @@ logs one warning (the daemon skips the saga: fail closed), and ``held`` turns Fa
 once the last confirmed grant has run out. Every call has a timeout and is not retried.
 
 The password comes from the URL's userinfo, from ``REDISCLI_AUTH``, or from a
-:class:`~agent_saga.CredentialRef` resolved by the resolver installed with
+:class:`~agent_saga.connectors.CredentialRef` resolved by the resolver installed with
 ``agent_saga.connectors.set_credential_resolver``; it is never printed: the URL is
 shown with ``***`` in its place.
 """

@@ -105,7 +105,7 @@ def check_exclusive(log: Path, *, procs: int, rounds: int) -> list[int]:
     tokens: list[int] = []
     for enter, leave in zip(lines[::2], lines[1::2], strict=True):
         assert enter[0] == "enter", f"two holders inside at once: {enter} then {leave}"
-        assert leave == ["exit", enter[1], enter[2]], f"two holders inside at once: {enter}, {leave}"
+        assert leave == ["exit", enter[1], enter[2]], f"two holders at once: {enter}, {leave}"
         tokens.append(int(enter[2]))
     assert len({pid for _, pid, _ in lines}) == procs, "every process got the lock"
     return tokens

@@ -114,7 +114,8 @@ def test_processes_racing_for_a_redis_key_never_hold_it_together_and_tokens_grow
     log = tmp_path / "sections.log"
     contend(redis_url, key, log, procs=4, rounds=25, ttl=5)
     tokens = check_exclusive(log, procs=4, rounds=25)
-    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), tokens
+    assert tokens == sorted(tokens), tokens
+    assert len(set(tokens)) == len(tokens), tokens
     assert tokens[-1] - tokens[0] == len(tokens) - 1, "a refused attempt spends no token"
 
 
@@ -126,7 +127,8 @@ def test_a_second_holder_is_refused_and_the_next_grant_has_a_greater_token(
     assert token is not None
     assert mine.acquire(key, ttl=5) is None, "not re-entrant"
     assert theirs.acquire(key, ttl=5) is None
-    assert mine.held(key, token) and not mine.held(key, token + 1)
+    assert mine.held(key, token)
+    assert not mine.held(key, token + 1)
     mine.release(key, token)
     assert not mine.held(key, token)
     assert theirs.acquire(key, ttl=5) == token + 1
@@ -220,12 +222,15 @@ def test_redis_stopping_mid_hold_makes_acquire_return_none_and_held_turn_false(
     server = own_redis()
     lock = locks(server.url, timeout=0.5)
     token = lock.acquire(key, ttl=1.0)
-    assert token is not None and lock.held(key, token)
+    assert token is not None
+    assert lock.held(key, token)
     server.stop()
     with caplog.at_level(logging.WARNING, logger="agent_saga.recovery.locks"):
         assert lock.acquire("another-saga", ttl=1.0) is None
-    assert "unavailable" in caplog.text and server.url in caplog.text
-    assert lock.last_error is not None and "ConnectionError" in lock.last_error
+    assert "unavailable" in caplog.text
+    assert server.url in caplog.text
+    assert lock.last_error is not None
+    assert "ConnectionError" in lock.last_error
     wait_for(lambda: not lock.held(key, token), timeout=10, what="held() turning False")
     lock.release(key, token)  # never raises: the grant runs out by itself
     server.start()  # an empty Redis on the same port: the lock works again
@@ -314,7 +319,8 @@ def test_two_racing_recoveryd_with_a_redis_lock_compensate_each_step_exactly_onc
     probe = locks(redis_url)
     for view in world.fold().sagas():
         token = probe.acquire(view.saga_id, ttl=5)
-        assert token is not None and token >= 2, "every saga was recovered under the lock"
+        assert token is not None
+        assert token >= 2, "every saga was recovered under the lock"
 
 
 @pytest.mark.slow
@@ -330,7 +336,8 @@ def test_recoveryd_with_redis_down_skips_every_saga_and_exits_cleanly(
     run = world.recoveryd("--once", "--lock", url)
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
-    assert "Redis lock at" in run.stderr and "unavailable" in run.stderr
+    assert "Redis lock at" in run.stderr
+    assert "unavailable" in run.stderr
     events = [json.loads(line) for line in run.stdout.splitlines()]
     assert [e["event"] for e in events] == ["skipped-locked", "pass_complete"]
     assert world.calls() == [], "fail closed: nothing compensated without the lock"

@@ -765,6 +765,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="where the WALs go (default: a temp dir under the CWD)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark directory")
+    parser.add_argument(
+        "--pg",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="URL",
+        help="also the PostgreSQL grid of bench/_pg.py (agent-saga vs DBOS) on URL, or on "
+        "a throw-away server when no URL is given",
+    )
     parser.add_argument("--child-level", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_level:
@@ -774,10 +783,20 @@ def main(argv: list[str] | None = None) -> int:
     directory, created = choose_directory(args.dir)
     try:
         result = run(QUICK if args.quick else FULL, directory)
+        if args.pg is not None:
+            import _pg
+
+            _log("postgresql grid (bench/_pg.py) …")
+            quick = {"seconds": 0.5, "levels": (1, 16), "processes": (1, 2)} if args.quick else {}
+            result["pg"] = _pg.run(args.pg or None, directory=directory, **quick)
     finally:
         if created and not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
     text = table(result)
+    if "pg" in result:
+        import _pg
+
+        text += "\n\npostgresql (bench/_pg.py)\n" + _pg.table(result["pg"])
     if args.json:
         print(text, file=sys.stderr)
         sys.stdout.write(json.dumps(result) + "\n")

@@ -54,7 +54,6 @@ from .._cli_support import (
     EXIT_OK,
     EXIT_USAGE,
     bug_line,
-    check_wal_path,
     conflict_message,
     conflicting_distribution,
     non_negative_seconds,
@@ -64,6 +63,7 @@ from .._cli_support import (
 )
 from .._types import RetryPolicy
 from ..errors import SagaError
+from ..wal.store import open_store
 from .daemon import RecoveryDaemon
 from .locks import lock_from_url
 
@@ -332,8 +332,8 @@ def _wait_for_leases(daemon: RecoveryDaemon, max_seconds: float, signals: _Signa
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
-    wal = str(_config.default_wal_path() if args.wal_path is None else args.wal_path)
-    check_wal_path(wal, must_exist=False)
+    store = open_store(str(_config.default_wal_path() if args.wal_path is None else args.wal_path))
+    store.check(must_exist=False)
     error = _import_modules(args.imports)
     if error is not None:
         print(error, file=sys.stderr)
@@ -341,7 +341,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
     lock = None if args.lock is None else lock_from_url(args.lock)
     events = _Events()
     daemon = RecoveryDaemon(
-        wal,
+        store,
         lock=lock,
         claim_seconds=args.claim_seconds,
         compensation_retry=RetryPolicy(
@@ -354,8 +354,8 @@ def _run_daemon(args: argparse.Namespace) -> int:
         if not args.once:
             daemon.run_forever(args.interval)
             return EXIT_OK
-        if not os.path.exists(daemon.wal_path):
-            print(f"{PROG}: no WAL at {wal}: nothing to recover", file=sys.stderr)
+        if not store.exists():
+            print(f"{PROG}: no WAL at {store.display}: nothing to recover", file=sys.stderr)
         elif args.wait is not None:
             _wait_for_leases(daemon, args.wait, signals)
         if signals.interrupted():

@@ -285,9 +285,9 @@ def run(
             on_pg = not runner.endswith("-file")
             try:
                 _run_children(runner, target, 0, 1, 0.0)  # first use: schema, migrations
-                baselines = {n: _commit_baseline(runner, target, n) for n in processes}
-                if not on_pg:
-                    baselines = {}
+                baselines = (
+                    {n: _commit_baseline(runner, target, n) for n in processes} if on_pg else {}
+                )
             except (RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired) as exc:
                 out["skipped"][runner] = f"{type(exc).__name__}: {exc}"[:300]
                 _log(f"{runner}: skipped ({out['skipped'][runner]})")

@@ -32,7 +32,9 @@ def test_a_file_path_opens_a_file_store_and_creates_nothing(tmp_path: Path) -> N
     store = open_store(str(tmp_path / "a.wal"))
     assert isinstance(store, FileStore)
     assert store.kind == "file"
-    assert not store.exists() and store.identity() is None and store.end() == 0
+    assert not store.exists()
+    assert store.identity() is None
+    assert store.end() == 0
     assert list(store.scan()) == []
     assert list(tmp_path.iterdir()) == []
 
@@ -42,7 +44,9 @@ def test_an_unsupported_scheme_is_a_usage_error_that_does_not_echo_the_url() -> 
         open_store("redis://user:hunter2@cache:6379/0")
     assert "redis://..." in str(info.value)
     assert "hunter2" not in str(info.value)
-    assert is_url("redis://x") and not is_url("./x.wal") and not is_url("C:relative")
+    assert is_url("redis://x")
+    assert not is_url("./x.wal")
+    assert not is_url("C:relative")
 
 
 def test_a_file_store_reads_what_a_saga_wrote_and_sees_compaction_replace_the_file(

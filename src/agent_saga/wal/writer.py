@@ -170,6 +170,11 @@ class WALWriter:
     # ------------------------------------------------------------------ public API
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a closed writer is reopened by ``open_writer``)."""
+        return self._closed
+
+    @property
     def fenced(self) -> bool:
         """True once this writer lost its lease; it then writes nothing, for good."""
         return self._fenced

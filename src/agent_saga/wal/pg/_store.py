@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,6 +58,10 @@ class PgStore:
         self.loc: PgLocation = parse_location(location)
         self.display = self.loc.display
         self._local = threading.local()
+        # Every read connection this store opened (one per thread): closed when the
+        # store is closed or garbage-collected, never left to psycopg's __del__.
+        self._conns: list[tuple[int, Any]] = []
+        self._finalizer = weakref.finalize(self, _close_conns, self._conns)
 
     def __repr__(self) -> str:
         return f"PgStore({self.display!r})"
@@ -73,6 +78,7 @@ class PgStore:
             local.conn = None
             local.conn = self.loc.connect("read")
             local.pid = os.getpid()
+            self._conns.append((local.pid, local.conn))
         return local.conn
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
@@ -82,11 +88,9 @@ class PgStore:
             raise self.loc.error(exc, what) from None
 
     def close(self) -> None:
-        """Close this thread's read connection (the writers are closed on their own)."""
-        c = getattr(self._local, "conn", None)
-        if c is not None and self._local.pid == os.getpid():
-            c.close()
+        """Close the store's read connections (writers are closed on their own)."""
         self._local.conn = None
+        _close_conns(self._conns)
 
     # -- LogStore
 
@@ -244,6 +248,15 @@ class PgStore:
             self.loc.url, password=_ref(self.loc), table=f"{self.loc.schema}.lock_fence"
         )
         return lock
+
+
+def _close_conns(conns: list[tuple[int, Any]]) -> None:
+    me = os.getpid()
+    while conns:
+        pid, c = conns.pop()
+        if pid == me:
+            with contextlib.suppress(Exception):
+                c.close()
 
 
 def _ref(loc: PgLocation) -> Any:

@@ -9,6 +9,7 @@ that did happen, so the writer must reconnect and find out.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -186,10 +187,8 @@ class _Relay:
 def _hang_up(s: socket.socket) -> None:
     # shutdown sends FIN and wakes a recv blocked in another thread; close alone does not.
     for step in (lambda: s.shutdown(socket.SHUT_RDWR), s.close):
-        try:
+        with contextlib.suppress(OSError):
             step()
-        except OSError:
-            pass
 
 
 def test_a_commit_whose_answer_was_lost_is_checked_and_acknowledged_once(

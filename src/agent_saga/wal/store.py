@@ -39,6 +39,7 @@ __all__ = [
     "LogWriter",
     "RevokingLeases",
     "is_url",
+    "open_log_writer",
     "open_store",
     "redact_location",
 ]
@@ -204,6 +205,10 @@ class LogStore(Protocol):
         """Every record and damaged region at or after cursor ``start``, in log order."""
         ...
 
+    def end(self) -> int:
+        """The cursor after the last record now in the log (0 when missing or empty)."""
+        ...
+
     def identity(self) -> Hashable | None:
         """A token that changes when the log is replaced (compaction); None when missing.
 
@@ -273,6 +278,13 @@ class FileStore:
 
         return scan(self.path, start=start, decryptor=decryptor)
 
+    def end(self) -> int:
+        """The file's size (where the next append lands)."""
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+
     def identity(self) -> Hashable | None:
         """The file's ``(device, inode)``: compaction renames a new file over the path."""
         try:
@@ -341,3 +353,29 @@ def open_store(location: str | os.PathLike[str] | LogStore) -> LogStore:
             f"WAL location {scheme}://...: only file paths and postgresql:// URLs are supported"
         )
     return FileStore(text)
+
+
+def open_log_writer(
+    location: str | os.PathLike[str],
+    *,
+    encryptor: Encryptor | None = None,
+    lease_seconds: float = 30.0,
+) -> Any:
+    """This process's shared writer for ``location`` (what a saga's first record opens).
+
+    The same as ``open_store(location).writer(...)``, without building a store for a
+    file path (this runs once per saga).
+
+    Args:
+        location: A file path or a ``postgresql://`` URL.
+        encryptor: Seals every record (default: ``AGENT_SAGA_WAL_KEY``).
+        lease_seconds: The writer's lease duration.
+
+    Returns:
+        A :class:`LogWriter`.
+    """
+    if isinstance(location, str) and not is_url(location):
+        from .writer import open_writer
+
+        return open_writer(location, encryptor=encryptor, lease_seconds=lease_seconds)
+    return open_store(location).writer(encryptor=encryptor, lease_seconds=lease_seconds)

@@ -365,7 +365,10 @@ class WALWriter:
         self._stop.set()
         self._renewer.join()
         with self._plock:
-            if not self._fenced:
+            # "Released" tells recovery that this owner ended every saga it began. After
+            # a failed write that may be false (a saga_end may be what failed): leave the
+            # lease to expire instead, so recovery treats its open sagas as orphaned.
+            if not self._fenced and self.stats.failed_batches == 0:
                 with contextlib.suppress(OSError):
                     self._lease.release()
         with self._io_lock, contextlib.suppress(OSError):

@@ -379,7 +379,9 @@ class PgWriter:
         self._stop.set()
         if threading.current_thread() is not self._renewer:
             self._renewer.join()
-        if not self._fenced:
+        # "Released" tells recovery this owner ended every saga it began; after a failed
+        # commit that may be false (a saga_end may be what failed): let it expire instead.
+        if not self._fenced and self.stats.failed_batches == 0:
             with contextlib.suppress(Exception):
                 self._flusher_conn().execute(
                     sql(

@@ -149,6 +149,7 @@ def test_a_cursor_resumes_exactly_after_the_last_record_read(wal_location: str) 
     w.append(rec(0))
     w.append(rec(1))
     first = [i for i in store.scan() if isinstance(i, Record)]
+    assert store.end() == first[-1].end
     w.append(rec(2))
     later = [i.data for i in store.scan(first[-1].end) if isinstance(i, Record)]
     assert later == [rec(2)]

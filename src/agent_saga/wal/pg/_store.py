@@ -160,6 +160,23 @@ class PgStore:
         except self._pg.Error as exc:
             raise self.loc.error(exc, "cannot read the PostgreSQL log") from None
 
+    def end(self) -> int:
+        """The cursor after the last committed record (the committed ``next_seq``; 0 if none).
+
+        Every seq below it is committed: seqs are taken under the log row lock held
+        until COMMIT, and ``next_seq`` is read as committed.
+        """
+
+        def run(conn: Any) -> int:
+            if schema_version(conn, self.loc) != SCHEMA_VERSION:
+                return 0
+            got = conn.execute(
+                sql(self.loc, "SELECT next_seq FROM {s}.logs WHERE name = %s"), (self.loc.log,)
+            ).fetchone()
+            return 0 if got is None else int(got[0])
+
+        return self._call("cannot read the PostgreSQL log", run)
+
     def identity(self) -> Hashable | None:
         """The log's id: changes only when the log is dropped and created again."""
 

@@ -131,7 +131,10 @@ def wal_backend() -> str:
 
 @pytest.fixture
 def world(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wal_backend: str, request: pytest.FixtureRequest
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wal_backend: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[World]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")])

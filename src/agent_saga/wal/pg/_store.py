@@ -253,18 +253,11 @@ class PgStore:
         Correctness does not rest on it (claims are written under the log row lock);
         it only keeps two daemons from working on the same saga at once.
         """
-        import importlib
+        from ...recovery.locks_pg import PgAdvisoryLock
 
-        try:
-            locks_pg = importlib.import_module("agent_saga.recovery.locks_pg")
-        except ImportError:
-            from ...recovery.locks import MemoryLock
-
-            return MemoryLock()
-        lock: Lock = locks_pg.PgAdvisoryLock(
+        return PgAdvisoryLock(
             self.loc.url, password=_ref(self.loc), table=f"{self.loc.schema}.lock_fence"
         )
-        return lock
 
 
 def _close_conns(conns: list[tuple[int, Any]]) -> None:

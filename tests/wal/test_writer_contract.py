@@ -174,4 +174,3 @@ def test_one_writer_per_process_and_close_releases_the_lease(wal_location: str) 
     w2 = store.writer()
     assert w2 is not w1
     w2.close()
-

@@ -238,8 +238,7 @@ class WALWriter:
                 with self._lock:
                     self._writing = False
                     if self._flush_due_locked():
-                        self._flusher_idle = False
-                        self._cond.notify()
+                        self._wake_flusher_locked()
             if error is not None:
                 raise _fresh(error, self.path) from error.__cause__
             return
@@ -456,6 +455,7 @@ class WALWriter:
 
     def _wake_flusher_locked(self) -> None:
         self._flusher_idle = False
+        self.stats.wakeups += 1
         self._cond.notify()
 
     def _flush_due_locked(self) -> bool:
@@ -616,8 +616,7 @@ class WALWriter:
                 self._unreported = batch.error
             self._writing = False
             if self._closing or self._flush_due_locked():
-                self._flusher_idle = False
-                self._cond.notify()
+                self._wake_flusher_locked()
         batch.event.set()
         if loops:
             for loop, futs in loops.items():

@@ -10,13 +10,13 @@ from ..gate import current_user
 from ..secrets import redact
 from ..wal import records as R
 from ..wal.state import EscalationView, fold_file
-from ..wal.writer import open_writer
+from ..wal.store import LogStore, open_store
 
 __all__ = ["list_escalations", "request_retry", "resolve_escalation"]
 
 
 def list_escalations(
-    wal_path: str, *, include_resolved: bool = False, decryptor: Any = None
+    wal_path: str | LogStore, *, include_resolved: bool = False, decryptor: Any = None
 ) -> list[EscalationView]:
     """Return the escalations in the WAL, oldest first (open ones only by default).
 
@@ -32,7 +32,12 @@ def list_escalations(
 
 
 def resolve_escalation(
-    wal_path: str, escalation: str, *, note: str, by: str | None = None, encryptor: Any = None
+    wal_path: str | LogStore,
+    escalation: str,
+    *,
+    note: str,
+    by: str | None = None,
+    encryptor: Any = None,
 ) -> EscalationView:
     """Record that a human resolved ``escalation`` (durably, in the WAL).
 
@@ -51,15 +56,16 @@ def resolve_escalation(
     """
     if not note or not note.strip():
         raise SagaUsageError("resolving an escalation needs a --note saying what was done")
-    open_ones = {e.escalation: e for e in list_escalations(wal_path, decryptor=encryptor)}
+    store = open_store(wal_path)
+    open_ones = {e.escalation: e for e in list_escalations(store, decryptor=encryptor)}
     found = open_ones.get(escalation)
     if found is None:
         raise SagaUsageError(
-            f"no open escalation {escalation!r} in {wal_path}; list them with "
+            f"no open escalation {escalation!r} in {store.display}; list them with "
             "`agent-saga escalations`"
         )
     who = by or current_user()
-    writer = open_writer(wal_path, encryptor=encryptor)
+    writer = store.writer(encryptor=encryptor)
     writer.append(
         {
             "type": R.ESCALATION_RESOLVED,
@@ -73,7 +79,12 @@ def resolve_escalation(
 
 
 def request_retry(
-    wal_path: str, escalation: str, *, note: str, by: str | None = None, encryptor: Any = None
+    wal_path: str | LogStore,
+    escalation: str,
+    *,
+    note: str,
+    by: str | None = None,
+    encryptor: Any = None,
 ) -> EscalationView:
     """Ask recovery to try an escalated step again, once its cause is fixed.
 
@@ -100,14 +111,15 @@ def request_retry(
     """
     if not note or not note.strip():
         raise SagaUsageError("retrying an escalation needs a --note saying what was fixed")
-    fold, _ = fold_file(wal_path, encryptor)  # the whole log, without holding the lock
-    writer = open_writer(wal_path, encryptor=encryptor)
+    store = open_store(wal_path)
+    fold, _ = fold_file(store, encryptor)  # the whole log, without holding the lock
+    writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
         fold.feed(x.read_from(fold.position))  # then only what was appended meanwhile
         found = {e.escalation: e for e in fold.open_escalations()}.get(escalation)
         if found is None:
             raise SagaUsageError(
-                f"no open escalation {escalation!r} in {wal_path}; list them with "
+                f"no open escalation {escalation!r} in {store.display}; list them with "
                 "`agent-saga escalations`"
             )
         view = fold.get(found.saga_id)

@@ -50,6 +50,7 @@ from .views import (
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reader import Damage, Decryptor, Record
+    from .store import LogStore
 
 __all__ = [
     "Anomaly",
@@ -706,7 +707,7 @@ assert not set(_APPLY) & set(_UNSCOPED)
 
 
 def fold_file(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | LogStore,
     decryptor: Decryptor | None = None,
     *,
     forget_terminal: bool = False,
@@ -714,7 +715,8 @@ def fold_file(
     """Stream a WAL file through a new :class:`SagaFold`.
 
     Args:
-        path: The WAL file (a missing file reads as empty).
+        path: The WAL location: a file (a missing file reads as empty), a
+            ``postgresql://`` URL or a :class:`~agent_saga.wal.store.LogStore`.
         decryptor: Passed to the reader for encrypted logs.
         forget_terminal: See :class:`SagaFold`.
 
@@ -725,8 +727,8 @@ def fold_file(
         WALKeyMissing: The log is encrypted and no decryptor was given.
         WALAuthenticationFailed: A record failed authentication.
     """
-    from .reader import scan
+    from .store import open_store
 
     fold = SagaFold(forget_terminal=forget_terminal)
-    fold.feed(scan(path, decryptor=decryptor))
+    fold.feed(open_store(path).scan(decryptor=decryptor))
     return fold, fold.damages

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from _cases import hot_path, hot_table, hot_targets
 from _peers import run_sqlite
 from _stats import gc_paused, monotonic_deadline, summarise
 
@@ -712,6 +713,7 @@ def table(result: dict[str, Any]) -> str:
             f"{db['one_step_workflow']['p50_ms']:.3f} ms  agent-saga/dbos = {db['ratio']:.2f} "
             f"({db['speedup']:.1f}x faster)"
         )
+    lines.append(hot_table(result["durable"]["hot_path"]))
     lines += ["", "targets (docs/performance.md)"]
     for row in result["targets"]:
         verdict = {True: "PASS", False: "MISS", None: "SKIP"}[row["pass"]]
@@ -746,6 +748,9 @@ def run(p: Params, directory: str, progress: Callable[[str], None] = _log) -> di
     result["fast"] = asyncio.run(_fast(p))
     progress("durable …")
     result["durable"] = _durable(p, directory)
+    progress("hot path …")
+    hot = result["durable"]["hot_path"] = hot_path(directory, p is QUICK)
+    hot["targets"] = hot_targets(hot)
     progress("concurrency …")
     result["concurrency"] = _concurrency(p, directory)
     progress("peers …")

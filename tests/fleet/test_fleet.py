@@ -14,8 +14,7 @@ import subprocess
 import time
 
 import pytest
-
-from conftest import Fleet, check_ledger, finished, printed
+from fleet_rig import Fleet, check_ledger, finished, printed
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conftest import HERE, Fleet, check_ledger, finished
+from fleet_rig import HERE, Fleet, check_ledger, finished
 
 pytestmark = pytest.mark.slow
 

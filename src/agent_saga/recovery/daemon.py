@@ -99,11 +99,13 @@ class RecoveryDaemon:
         encryptor: Any = None,
         emit: Emit | None = None,
     ) -> None:
+        self._own_store = isinstance(wal_path, str | os.PathLike)
         self._store = open_store(wal_path)
         self.wal_path = getattr(self._store, "path", self._store.display)
         self.id = f"recoveryd-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.claim_seconds = claim_seconds
         self.retry = compensation_retry or RetryPolicy(attempts=3, initial_delay=0.2)
+        self._own_lock = lock is None
         self._lock = lock or self._store.recovery_lock()
         self._encryptor = encryptor
         self._emit_fn = emit or _json_line
@@ -137,9 +139,16 @@ class RecoveryDaemon:
         self._stop.set()
 
     def close(self) -> None:
-        """Close the daemon's writer."""
-        if self._writer is not None:
-            self._writer.close()
+        """Close the daemon's writer, the lock it made and the store's read sessions."""
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            owned_store = self._store if self._own_store else None
+            for owned in (self._lock if self._own_lock else None, owned_store):
+                close = getattr(owned, "close", None)
+                if callable(close):
+                    close()
 
     def _feed(self, items: Iterable[Record | Damage]) -> None:
         for item in items:

@@ -3,8 +3,11 @@
 One pass (``RecoveryDaemon.run_once``):
 
 1. **Catch up**: read the WAL from where the last pass stopped (never the whole log
-   again) into a :class:`~agent_saga.wal.state.SagaFold` that forgets terminal
-   sagas, so memory grows with live sagas, not with the log.
+   again) into a bounded :class:`~agent_saga.wal.state.SagaFold`: it keeps live
+   sagas, open escalations and pending retries, and nothing of a saga once it ended
+   (not even its id), so memory follows what is still to do, not the log. A late
+   record of a finished saga is recognised without its id (see ``wal/state.py``):
+   it is never a saga to recover.
 2. For every saga without ``saga_end``: skip it while its owner's lease is live or
    another daemon's claim is unexpired; otherwise **claim** it — under the WAL's
    append lock, re-read the tail, re-check, revoke the owner's expired lease (which
@@ -104,7 +107,7 @@ class RecoveryDaemon:
         self._lock = lock or FileLock(os.path.join(sidecar_dir(self.wal_path), "locks"))
         self._encryptor = encryptor
         self._emit_fn = emit or _json_line
-        self._fold = SagaFold(forget_terminal=True)
+        self._fold = _new_fold()
         self._offset = 0
         self._inode: int | None = None
         self._reported: set[int] = set()
@@ -140,6 +143,7 @@ class RecoveryDaemon:
                 self._offset = item.end
                 self._report.records_read += 1
                 continue
+            self._fold.note_damage(item)
             if item.offset not in self._reported:
                 self._reported.add(item.offset)
                 self._report.damages += 1
@@ -163,7 +167,7 @@ class RecoveryDaemon:
         except FileNotFoundError:
             return
         if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._offset):
-            self._fold = SagaFold(forget_terminal=True)
+            self._fold = _new_fold()
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
@@ -498,6 +502,11 @@ class RecoveryDaemon:
             **({"error": type(error).__name__} if error is not None else {}),
         )
         return outcome
+
+
+def _new_fold() -> SagaFold:
+    """The daemon's fold: bounded (no trace of a saga once it ended)."""
+    return SagaFold(forget_terminal=True, remember_ended=False)
 
 
 def _saga_detail(wal_path: str, saga_id: str, decryptor: Any) -> SagaView | None:

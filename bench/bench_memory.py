@@ -18,7 +18,8 @@ sagas of 3-7 records (``saga_begin``, intent/committed pairs, ``saga_end``); one
 in 20 rolled back (``compensating``/``compensated``); one in 50 escalated and
 resolved later, after other sagas' records; one in 40 asks for an approval that is
 decided. The human queue holds the same 5 open escalations at every size, and the
-same 3 pending approval requests. Wall-clock times are printed for information only.
+same 3 pending approval requests (of agents waiting before their saga's first
+record). Wall-clock times are printed for information only.
 
 Usage::
 
@@ -88,6 +89,25 @@ def write_wal(path: str, records: int, *, seed: int = 14) -> dict[str, int]:
                 f.write(b"".join(buf))
                 buf.clear()
 
+        for _ in range(PENDING_APPROVALS):
+            # An agent waiting for a human on its saga's first durable step: the request
+            # comes before saga_begin, and the saga has not begun yet.
+            sid = uuid.uuid4().hex
+            put(
+                {
+                    "type": r.APPROVAL_REQUESTED,
+                    "saga": sid,
+                    "name": "job",
+                    "step": 1,
+                    "tool": "bank.wire",
+                    "semantics": "irreversible",
+                    "kwargs": {"amount": 5},
+                    "request": r.approval_id(sid, 1),
+                    "expires": t + 3e9,
+                    "by": owner,
+                    "ts": t,
+                }
+            )
         while written < records:
             sagas += 1
             sid = uuid.uuid4().hex
@@ -102,7 +122,7 @@ def write_wal(path: str, records: int, *, seed: int = 14) -> dict[str, int]:
                 }
             )
             steps = rng.randint(1, 3)
-            if sagas % 40 == 0 or sagas <= PENDING_APPROVALS:
+            if sagas % 40 == 0:
                 rid = r.approval_id(sid, 1)
                 put(
                     {
@@ -114,23 +134,22 @@ def write_wal(path: str, records: int, *, seed: int = 14) -> dict[str, int]:
                         "semantics": "irreversible",
                         "kwargs": {"amount": 5},
                         "request": rid,
-                        "expires": t + 3e9 if sagas <= PENDING_APPROVALS else t + 300,
+                        "expires": t + 300,
                         "by": owner,
                         "ts": t,
                     }
                 )
-                if sagas > PENDING_APPROVALS:
-                    put(
-                        {
-                            "type": r.APPROVAL_DECIDED,
-                            "request": rid,
-                            "saga": sid,
-                            "decision": "approved",
-                            "by": "ops",
-                            "note": "ok",
-                            "ts": t,
-                        }
-                    )
+                put(
+                    {
+                        "type": r.APPROVAL_DECIDED,
+                        "request": rid,
+                        "saga": sid,
+                        "decision": "approved",
+                        "by": "ops",
+                        "note": "ok",
+                        "ts": t,
+                    }
+                )
             for step in range(1, steps + 1):
                 put(
                     {

@@ -396,7 +396,7 @@ class SagaFold:
         return self._retry_for(rec, saga_id) is not None
 
     def _late(self, rec: Mapping[str, Any], saga_id: str, off: int) -> None:
-        if rec["type"] == r.CLAIM:
+        if rec["type"] == r.CLAIM and self._retry_for(rec, saga_id) is not None:
             return  # a retry's claim never shows in a saga's view, forgotten or not
         self.late_records += 1
         if len(self.late_examples) < 10:

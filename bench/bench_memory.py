@@ -5,8 +5,8 @@ only the sagas it still has to print, the recovery daemon keeps only live sagas 
 the open queue, so the memory of both is flat in the size of the WAL. This script
 writes WALs with the log's own encoder (``agent_saga.wal.format.encode_record``, in
 big batches rather than through sagas), then runs the real commands on each as child
-processes and reads each child's peak RSS (``ru_maxrss`` from ``os.wait4``, which
-reports that one child, not the maximum over all children so far):
+processes and reads each child's peak RSS (``ru_maxrss``, as measured by a small
+launcher process that starts only that child: see :func:`peak_rss`):
 
 - ``agent-saga runs --json`` (stdout to /dev/null), and ``runs`` (the table);
 - ``saga-recoveryd --once`` (every saga of the WAL is terminal: nothing to recover,
@@ -236,7 +236,17 @@ def write_wal(path: str, records: int, *, seed: int = 14) -> dict[str, int]:
     return {"records": written, "sagas": sagas, "bytes": os.path.getsize(path)}
 
 
-def peak_rss(argv: list[str], *, cwd: str) -> tuple[int, float, int]:
+# The child is started by a small launcher and measured by it: Linux counts in a
+# process's peak RSS what it had between fork and exec, so a child forked straight
+# from a big parent (a test runner) reports the parent's size, not its own.
+_LAUNCHER = """
+import resource, subprocess, sys
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)
+"""
+
+
+def peak_rss(argv: list[str], *, cwd: str | os.PathLike[str]) -> tuple[int, float, int]:
     """Run ``argv`` (stdout and stderr discarded); return its peak RSS (KiB), seconds, rc.
 
     Args:
@@ -247,11 +257,15 @@ def peak_rss(argv: list[str], *, cwd: str) -> tuple[int, float, int]:
         ``(ru_maxrss of that child in KiB, wall seconds, exit code)``.
     """
     start = time.perf_counter()
-    with open(os.devnull, "wb") as null:
-        proc = subprocess.Popen(argv, stdout=null, stderr=null, cwd=cwd)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss, time.perf_counter() - start, proc.returncode
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", _LAUNCHER, *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rss, rc = (int(x) for x in done.stdout.split())
+    return rss, time.perf_counter() - start, rc
 
 
 COMMANDS: dict[str, list[str]] = {

@@ -5,16 +5,20 @@ Real console scripts on real WALs (written with the log's own encoder by
 5 open escalations and 3 pending approval requests). Each child's peak RSS is its own
 ``ru_maxrss``, read by a small launcher that starts only that child (a child forked
 from this test process would report this process's size); what is compared is the
-ratio of the two sizes, never a time. Before streaming, ten times the log cost ``runs --json`` 3.2 times the memory,
-the queue listings 2.8 times and the daemon 1.17 times.
+ratio of the two sizes, never a time. Before streaming, ten times the log cost
+``runs --json`` 3.2 times the memory, the queue listings 2.8 times and the daemon
+1.17 times; deciding one approval or escalation folded the whole log.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from cli_helpers import AGENT_SAGA, RECOVERYD
@@ -66,4 +70,41 @@ def test_peak_rss_does_not_grow_with_the_wal(wals: dict[int, Path], name: str) -
         peaks[size] = rss
     small, big = peaks[10_000], peaks[100_000]
     assert small > 10_000, "the measurement sees a Python process (KiB)"
+    assert big <= small * BOUND, f"{name}: {small} KiB -> {big} KiB for ten times the log"
+
+
+def _open(wal: Path, what: str, key: str) -> dict[str, dict[str, Any]]:
+    done = subprocess.run(
+        [AGENT_SAGA, what, "--json", "--wal-path", str(wal)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return {item[key]: item for item in json.loads(done.stdout)}
+
+
+DECISIONS = {
+    "approvals approve": ("approvals", "request", ["approvals", "approve"]),
+    "escalations resolve": ("escalations", "escalation", ["escalations", "resolve"]),
+    "escalations retry": ("escalations", "escalation", ["escalations", "retry"]),
+}
+
+
+@pytest.mark.parametrize("name", list(DECISIONS))
+def test_deciding_one_item_folds_only_its_records(wals: dict[int, Path], name: str) -> None:
+    listing, key, action = DECISIONS[name]
+    peaks = {}
+    for size, wal in wals.items():
+        item = sorted(_open(wal, listing, key))[list(DECISIONS).index(name)]
+        cmd = [AGENT_SAGA, *action, item, "--note", "bench", "--by", "ops", "--wal-path", str(wal)]
+        rss, _, code = BENCH.peak_rss(cmd, cwd=wal.parent)
+        assert code == 0, (name, size, code)
+        after = _open(wal, listing, key)
+        if name.endswith("retry"):
+            assert after[item]["retry"]["note"] == "bench", "the retry is pending"
+        else:
+            assert item not in after, "decided: no longer open"
+        peaks[size] = rss
+    small, big = peaks[10_000], peaks[100_000]
     assert big <= small * BOUND, f"{name}: {small} KiB -> {big} KiB for ten times the log"

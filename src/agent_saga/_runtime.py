@@ -163,10 +163,10 @@ class Run:
     def log(self) -> LogBackend:
         """The saga's log, opened on first use (REVERSIBLE-only sagas never open one)."""
         if self._log is None:
-            from .wal.writer import open_writer
+            from .wal.store import open_log_writer
 
             path = self.options.wal_path or _config.default_wal_path()
-            self._log = open_writer(
+            self._log = open_log_writer(
                 path, encryptor=self.options.encryptor, lease_seconds=self.options.lease_seconds
             )
         return self._log
@@ -255,8 +255,11 @@ class Scope:
 
     @property
     def wal_path(self) -> str:
-        """Absolute path of the WAL this saga writes to (opened only when needed)."""
-        return os.path.abspath(self.run.options.wal_path or _config.default_wal_path())
+        """The WAL this saga writes to: an absolute path, or a ``postgresql://`` URL."""
+        from .wal.store import is_url
+
+        location = self.run.options.wal_path or _config.default_wal_path()
+        return location if is_url(location) else os.path.abspath(location)
 
     @property
     def encryptor(self) -> Any:

@@ -44,9 +44,9 @@ from .errors import SagaUsageError
 from .gate import ApprovalRequest, Decision, current_user
 from .secrets import redact
 from .wal import records as R
-from .wal.reader import Damage, Record, scan
+from .wal.reader import Damage, Record
 from .wal.state import ApprovalView, SagaFold
-from .wal.writer import WALWriter, open_writer
+from .wal.store import LogStore, LogWriter, open_store
 
 __all__ = ["ApprovalQueue", "ApprovalView", "decide_approval", "fold_approvals", "list_approvals"]
 
@@ -115,13 +115,13 @@ class ApprovalQueue:
             LeaseLost: this process's writer was fenced (the gate refuses).
             SagaUsageError: no ``wal_path`` and the saga logs to an injected ``log=``.
         """
-        path = self._path()
-        writer = open_writer(path, encryptor=self.encryptor)
+        store = open_store(self._path())
+        writer = store.writer(encryptor=self.encryptor)
         rid = R.approval_id(request.saga_id, request.step)
         # Read back with whatever the writer seals with (the saga's encryptor= when it
         # opened this writer first), so what we write we can read.
         decryptor = self.encryptor if self.encryptor is not None else writer._encryptor
-        watch = _Watch(path, rid, request.saga_id, decryptor)
+        watch = _Watch(store, rid, request.saga_id, decryptor)
         now = time.time()
         writer.append(
             {
@@ -174,7 +174,7 @@ class ApprovalQueue:
                 return None
             time.sleep(min(self.poll_interval, remaining))
 
-    def _close(self, writer: WALWriter, watch: _Watch, note: str) -> Decision:
+    def _close(self, writer: LogWriter, watch: _Watch, note: str) -> Decision:
         """Deny, unless a decision landed meanwhile (checked under the append lock)."""
         with writer.exclusive() as x:
             answer = watch.poll(x.read_from)
@@ -187,25 +187,25 @@ class ApprovalQueue:
 class _Watch:
     """Follows the log's tail for the decisions on one request (never rereads it all)."""
 
-    def __init__(self, path: str, request: str, saga_id: str, decryptor: Any) -> None:
-        self.path = path
+    def __init__(self, store: LogStore, request: str, saga_id: str, decryptor: Any) -> None:
+        self.store = store
         self.request = request
         self.saga_id = saga_id
         self.decryptor = decryptor
         # Everything after the current end; our own request is appended after it.
-        self.pos, self.inode = _stat(path)
+        self.pos, self.identity = store.end(), store.identity()
         self.fold = SagaFold()
 
     def scan(self, start: int) -> Iterable[Record | Damage]:
-        return scan(self.path, start=start, decryptor=self.decryptor)
+        return self.store.scan(start, decryptor=self.decryptor)
 
     def poll(self, read: _Read) -> ApprovalView | None:
         """Read what was appended since the last poll; return the decision, if any."""
-        inode = _stat(self.path)[1]
-        if inode != self.inode:
+        identity = self.store.identity()
+        if identity != self.identity:
             # Compaction replaced the file and moved every offset: start over. It
             # keeps our request (its saga has not ended) and the order of records.
-            self.pos, self.inode, self.fold = 0, inode, SagaFold()
+            self.pos, self.identity, self.fold = 0, identity, SagaFold()
         for item in read(self.pos):
             if isinstance(item, Damage):
                 continue  # a torn tail is re-read next time; we only advance past records
@@ -222,14 +222,6 @@ _APPROVAL_TYPES: Final = frozenset({R.APPROVAL_REQUESTED, R.APPROVAL_DECIDED})
 
 def _as_decision(answer: ApprovalView) -> Decision:
     return Decision(answer.decision == "approved", str(answer.decided_by), str(answer.note))
-
-
-def _stat(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return 0, 0
-    return st.st_size, st.st_ino
 
 
 def _positive(value: object) -> bool:
@@ -264,7 +256,10 @@ def _listed(data: Mapping[str, Any]) -> bool:
 
 
 def fold_approvals(
-    wal_path: str | os.PathLike[str], *, include_closed: bool = False, decryptor: Any = None
+    wal_path: str | os.PathLike[str] | LogStore,
+    *,
+    include_closed: bool = False,
+    decryptor: Any = None,
 ) -> SagaFold:
     """Fold the approval queue of a WAL (no step detail: only what the queue needs).
 
@@ -285,7 +280,7 @@ def fold_approvals(
         WALAuthenticationFailed: a record failed authentication.
     """
     fold = SagaFold(forget_terminal=True, remember_ended=False, keep_approvals=include_closed)
-    fold.feed(scan(wal_path, decryptor=decryptor), only=_listed)
+    fold.feed(open_store(wal_path).scan(decryptor=decryptor), only=_listed)
     return fold
 
 
@@ -308,7 +303,10 @@ def _of_request(request_id: str) -> Callable[[Mapping[str, Any]], bool]:
 
 
 def list_approvals(
-    wal_path: str | os.PathLike[str], *, include_decided: bool = False, decryptor: Any = None
+    wal_path: str | os.PathLike[str] | LogStore,
+    *,
+    include_decided: bool = False,
+    decryptor: Any = None,
 ) -> list[ApprovalView]:
     """Return the approval requests in the WAL, oldest first (open ones only by default).
 
@@ -330,7 +328,7 @@ def list_approvals(
 
 
 def decide_approval(
-    wal_path: str | os.PathLike[str],
+    wal_path: str | os.PathLike[str] | LogStore,
     request_id: str,
     *,
     approve: bool,
@@ -362,15 +360,16 @@ def decide_approval(
     """
     if not isinstance(note, str) or not note.strip():
         raise SagaUsageError("deciding an approval request needs a --note saying why")
-    path = os.fspath(wal_path)
-    inode = _stat(path)[1]
+    store = open_store(wal_path)
+    path = store.display
+    identity = store.identity()
     only = _of_request(request_id)
     fold = SagaFold()  # holds one request and its saga's end, however long the log
-    fold.feed(scan(path, decryptor=encryptor), only=only)  # the bulk, without the lock
+    fold.feed(store.scan(decryptor=encryptor), only=only)  # the bulk, without the lock
     _check_open(fold, request_id, path)  # fail fast, before opening a writer
-    writer = open_writer(path, encryptor=encryptor)
+    writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
-        if _stat(path)[1] != inode:  # compacted meanwhile: offsets moved
+        if store.identity() != identity:  # compacted meanwhile: offsets moved
             fold = SagaFold()
             only = _of_request(request_id)
             fold.feed(x.read_from(0), only=only)
@@ -378,7 +377,7 @@ def decide_approval(
             fold.feed(x.read_from(fold.position), only=only)
         view = _check_open(fold, request_id, path)
         record = _decision(request_id, view.saga_id, approve, by or current_user(), note)
-        offset = x.size()
+        offset = fold.position
         x.append_locked([record])
     fold.apply(record, offset)
     return view

@@ -56,7 +56,6 @@ from ._cli_support import (
     EXIT_OK,
     EXIT_USAGE,
     bug_line,
-    check_wal_path,
     conflict_message,
     conflicting_distribution,
     non_negative_seconds,
@@ -65,6 +64,7 @@ from ._cli_support import (
 from .errors import SagaError, SagaUsageError
 from .recovery.liveness import Liveness
 from .wal.records import TERMINAL_OUTCOMES
+from .wal.store import FileStore, LogStore, open_store
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .wal.reader import Damage
@@ -97,7 +97,7 @@ def _add_wal_path(p: argparse.ArgumentParser, dest: str = "wal_path") -> None:
     p.add_argument("--wal-path", dest=dest, default=None, metavar="PATH", help=_WAL_HELP)
 
 
-def _wal_path(args: argparse.Namespace) -> str:
+def _wal_path(args: argparse.Namespace) -> LogStore:
     """The log to read: ``--wal-path`` (before or after the action), else the default.
 
     Raises:
@@ -109,9 +109,9 @@ def _wal_path(args: argparse.Namespace) -> str:
     if outer is not None and inner is not None and outer != inner:
         raise SagaUsageError(f"two different --wal-path values: {outer} and {inner}; give one")
     chosen = inner if inner is not None else outer
-    path = str(_config.default_wal_path() if chosen is None else chosen)
-    check_wal_path(path, must_exist=True)
-    return path
+    store = open_store(str(_config.default_wal_path() if chosen is None else chosen))
+    store.check(must_exist=True)
+    return store
 
 
 def _report_damage(damages: Sequence[Damage], err: TextIO, what: str) -> int:
@@ -244,14 +244,14 @@ class _JsonArray:
         self._out.write("[]\n" if self.count == 0 else "\n]\n")
 
 
-def _judge(views: Iterable[SagaView], wal: str) -> Iterator[tuple[SagaView, Liveness]]:
-    """Pair each saga with the daemon's view of it (lease files read once per owner)."""
+def _judge(views: Iterable[SagaView], wal: LogStore) -> Iterator[tuple[SagaView, Liveness]]:
+    """Pair each saga with the daemon's view of it (leases read once per owner)."""
     from .recovery.liveness import liveness
-    from .wal.lease import LeaseInfo, LeaseTable
+    from .wal.lease import LeaseInfo
 
-    table = LeaseTable(wal)
+    table = wal.leases()
     leases: dict[str, LeaseInfo | None] = {}
-    now = time.time()
+    now = wal.now()
     for v in views:
         lease = None
         if v.owner and not v.terminal:
@@ -314,7 +314,6 @@ class _RunsPrinter:
 
 
 def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.reader import scan
     from .wal.state import SagaFold
 
     wal = _wal_path(args)
@@ -322,7 +321,7 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Bounded and streaming: a saga is printed (and forgotten) as soon as it is final;
     # only live sagas and ended ones with an open escalation are held to the end.
     fold = SagaFold(forget_terminal=True, remember_ended=False, on_settled=printer.settled)
-    fold.feed(scan(wal))
+    fold.feed(wal.scan())
     for v, live in _judge(sorted(fold.sagas(), key=_start_key), wal):
         printer.print(v, live)
     printer.close()
@@ -341,9 +340,7 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.reader import verify
-
-    report = verify(_wal_path(args))
+    report = _wal_path(args).verify()
     if args.json:
         json.dump(
             {
@@ -374,11 +371,8 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.compaction import compact
-
     archive: bool | str = False if args.no_archive else args.archive
-    report = compact(
-        _wal_path(args),
+    report = _wal_path(args).compact(
         archive=archive,
         retain_seconds=args.retain_seconds,
         force=args.force,
@@ -412,7 +406,13 @@ def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise SagaUsageError(
             "set AGENT_SAGA_WAL_KEY to the key to encrypt the log with (base64 of 32 bytes)"
         )
-    report = encrypt_log(_wal_path(args), encryptor)
+    store = _wal_path(args)
+    if not isinstance(store, FileStore):
+        raise SagaUsageError(
+            f"wal encrypt rewrites a WAL file; {store.display} is a {store.kind} log "
+            "(set the key before its first record instead)"
+        )
+    report = encrypt_log(store.path, encryptor)
     if report.already:
         out.write(f"{report.path}: already encrypted with this key")
     else:

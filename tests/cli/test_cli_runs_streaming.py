@@ -22,6 +22,7 @@ from varied_wal import build, expected, write
 from agent_saga import cli
 from agent_saga.cli import main
 from agent_saga.wal.state import SagaFold, fold_file
+from agent_saga.wal.store import open_store
 
 STATUSES = [None, *cli.RUN_STATUSES]
 
@@ -30,7 +31,7 @@ def old_runs(wal: Path, status: str | None) -> list[dict[str, Any]]:
     """What `runs --json` printed before it streamed (the whole log, then sort)."""
     fold, _ = fold_file(wal)
     views = sorted(fold.sagas(), key=lambda v: (v.started is None, v.started or 0.0, v.saga_id))
-    judged = list(cli._judge(views, str(wal)))
+    judged = list(cli._judge(views, open_store(wal)))
     if status:
         judged = [(v, live) for v, live in judged if live.status == status]
     return [cli._saga_json(v, live) for v, live in judged]

@@ -259,7 +259,7 @@ def expected(built: Built) -> Expected:
             out.late.add(sid)
             retry_claim = rtype == r.CLAIM and "retry" in rec
             after_damage = built.damaged is not None and i > built.damaged
-            if after_damage and rtype != r.ESCALATED and not retry_claim:
+            if after_damage and not retry_claim:
                 # Its saga_begin may have been in the damaged frame: fail closed, the
                 # bounded fold opens an ownerless saga (recovery escalates, never undoes).
                 out.reopened.add(sid)

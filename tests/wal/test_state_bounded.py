@@ -76,7 +76,6 @@ def test_a_late_step_record_of_a_finished_saga_is_an_anomaly_not_a_new_saga() ->
 def test_a_fenced_writers_late_escalation_goes_to_the_queue_not_to_recovery() -> None:
     fold = bounded()
     off = feed(fold, saga("a", "rolled_back"))
-    fold.note_damage(Damage(0, 10, "corrupt", "bad crc"))  # even after damage
     esc = {"type": r.ESCALATED, "saga": "a", "step": 1, "escalation": "e1",
            "reason": "landed after the lease was lost", "by": "o"}  # fmt: skip
     off = feed(fold, [esc], off)

@@ -50,7 +50,6 @@ from .._cli_support import (
     EXIT_OK,
     EXIT_USAGE,
     bug_line,
-    check_wal_path,
     conflict_message,
     conflicting_distribution,
     non_negative_seconds,
@@ -60,6 +59,7 @@ from .._cli_support import (
 )
 from .._types import RetryPolicy
 from ..errors import SagaError
+from ..wal.store import open_store
 from .daemon import RecoveryDaemon
 
 __all__ = ["DEFAULT_WAIT_SECONDS", "main"]
@@ -319,15 +319,15 @@ def _wait_for_leases(daemon: RecoveryDaemon, max_seconds: float, signals: _Signa
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
-    wal = str(_config.default_wal_path() if args.wal_path is None else args.wal_path)
-    check_wal_path(wal, must_exist=False)
+    store = open_store(str(_config.default_wal_path() if args.wal_path is None else args.wal_path))
+    store.check(must_exist=False)
     error = _import_modules(args.imports)
     if error is not None:
         print(error, file=sys.stderr)
         return EXIT_USAGE
     events = _Events()
     daemon = RecoveryDaemon(
-        wal,
+        store,
         claim_seconds=args.claim_seconds,
         compensation_retry=RetryPolicy(
             attempts=args.retry_attempts, initial_delay=args.retry_delay
@@ -339,8 +339,8 @@ def _run_daemon(args: argparse.Namespace) -> int:
         if not args.once:
             daemon.run_forever(args.interval)
             return EXIT_OK
-        if not os.path.exists(daemon.wal_path):
-            print(f"{PROG}: no WAL at {wal}: nothing to recover", file=sys.stderr)
+        if not store.exists():
+            print(f"{PROG}: no WAL at {store.display}: nothing to recover", file=sys.stderr)
         elif args.wait is not None:
             _wait_for_leases(daemon, args.wait, signals)
         if signals.interrupted():

@@ -41,12 +41,11 @@ from .._runtime import drive_sync
 from .._types import Compensation, RetryPolicy
 from .._undo import StepFacts, Target, escalate, undo_durable_step
 from ..wal import records as R
-from ..wal.lease import LeaseTable, sidecar_dir
-from ..wal.reader import Damage, Record, scan
+from ..wal.reader import Damage, Record
 from ..wal.state import RetryView, SagaFold, SagaView, StepView
-from ..wal.writer import WALWriter, open_writer
+from ..wal.store import LogStore, LogWriter, open_store
 from .liveness import Liveness, liveness
-from .locks import FileLock, Lock
+from .locks import Lock
 
 __all__ = ["PassReport", "RecoveryDaemon"]
 
@@ -82,7 +81,8 @@ class RecoveryDaemon:
     """Scans one WAL and finishes the sagas whose owners died.
 
     Args:
-        wal_path: The write-ahead log.
+        wal_path: The write-ahead log: a file path or a ``postgresql://`` URL (or a
+            :class:`~agent_saga.wal.store.LogStore`).
         claim_seconds: How long a claim lasts; it is renewed while work goes on.
         compensation_retry: Attempts and backoff per compensation before escalating.
         lock: The lock backend (default: a :class:`FileLock` beside the WAL).
@@ -92,7 +92,7 @@ class RecoveryDaemon:
 
     def __init__(
         self,
-        wal_path: str,
+        wal_path: str | LogStore,
         *,
         claim_seconds: float = 60.0,
         compensation_retry: RetryPolicy | None = None,
@@ -100,28 +100,34 @@ class RecoveryDaemon:
         encryptor: Any = None,
         emit: Emit | None = None,
     ) -> None:
-        self.wal_path = os.path.abspath(wal_path)
+        self._store = open_store(wal_path)
+        self.wal_path = getattr(self._store, "path", self._store.display)
         self.id = f"recoveryd-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.claim_seconds = claim_seconds
         self.retry = compensation_retry or RetryPolicy(attempts=3, initial_delay=0.2)
-        self._lock = lock or FileLock(os.path.join(sidecar_dir(self.wal_path), "locks"))
+        self._lock = lock or self._store.recovery_lock()
         self._encryptor = encryptor
         self._emit_fn = emit or _json_line
         self._fold = _new_fold()
         self._offset = 0
-        self._inode: int | None = None
+        self._identity: object = None
         self._reported: set[int] = set()
         self._corrupt: list[int] = []
-        self._writer: WALWriter | None = None
+        self._writer: LogWriter | None = None
         self._stop = threading.Event()
         self._report = PassReport()
 
     # -- plumbing -------------------------------------------------------------------
 
-    def log(self) -> WALWriter:
+    @property
+    def store(self) -> LogStore:
+        """Where the log lives."""
+        return self._store
+
+    def log(self) -> LogWriter:
         """The daemon's own writer (the drivers append through it)."""
-        if self._writer is None or self._writer._closed:
-            self._writer = open_writer(self.wal_path, encryptor=self._encryptor)
+        if self._writer is None or self._writer.closed:
+            self._writer = self._store.writer(encryptor=self._encryptor)
         return self._writer
 
     def _emit(self, event: str, **fields: Any) -> None:
@@ -162,17 +168,16 @@ class RecoveryDaemon:
 
     def catch_up(self) -> None:
         """Read what was appended since the last call (restart after compaction)."""
-        try:
-            st = os.stat(self.wal_path)
-        except FileNotFoundError:
+        identity = self._store.identity()
+        if identity is None:
             return
-        if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._offset):
+        if self._identity is not None and identity != self._identity:
             self._fold = _new_fold()
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
-        self._inode = st.st_ino
-        self._feed(scan(self.wal_path, start=self._offset, decryptor=self._encryptor))
+        self._identity = identity
+        self._feed(self._store.scan(self._offset, decryptor=self._encryptor))
 
     # -- one pass -------------------------------------------------------------------
 
@@ -206,13 +211,13 @@ class RecoveryDaemon:
         view = self._fold.get(saga_id)
         if view is None or view.terminal:
             return
-        now = time.time()
+        now = self._store.now()
         claim = view.claim
         if claim is not None and claim.by != self.id and claim.expires > now:
             self._report.skipped_claimed += 1
             self._emit("skipped-claimed", saga=saga_id, by=claim.by, fence=claim.fence)
             return
-        if view.owner and not LeaseTable(self.wal_path).is_expired(view.owner, now):
+        if view.owner and not self._store.leases().is_expired(view.owner, now):
             self._report.skipped_live += 1
             self._emit("skipped-live", saga=saga_id, owner=view.owner, **self._expiry(view, now))
             return
@@ -235,7 +240,7 @@ class RecoveryDaemon:
             self._lock.release(saga_id, lock_token)
 
     def _liveness(self, view: SagaView, now: float) -> Liveness:
-        lease = LeaseTable(self.wal_path).get(view.owner) if view.owner else None
+        lease = self._store.leases().get(view.owner) if view.owner else None
         return liveness(view, lease, now, unowned_grace=self.claim_seconds)
 
     def _expiry(self, view: SagaView, now: float) -> dict[str, Any]:
@@ -259,7 +264,7 @@ class RecoveryDaemon:
             an ownerless saga whose records carry no time).
         """
         self.catch_up()
-        now = time.time()
+        now = self._store.now()
         waiting: dict[str, float | None] = {}
         for view in self._fold.non_terminal():
             live = self._liveness(view, now)
@@ -276,7 +281,7 @@ class RecoveryDaemon:
             view = self._fold.get(saga_id)
             if view is None or view.terminal:
                 return None
-            now = time.time()
+            now = x.now()
             claim = view.claim
             if renew_fence is not None:
                 if claim is None or claim.by != self.id or claim.fence != renew_fence:
@@ -321,7 +326,7 @@ class RecoveryDaemon:
         claim = view.claim
         if claim is None or claim.by != self.id or claim.fence != fence:
             return False
-        if claim.expires - time.time() < self.claim_seconds / 2:
+        if claim.expires - self._store.now() < self.claim_seconds / 2:
             return self._claim(saga_id, renew_fence=fence) is not None
         return True
 
@@ -337,7 +342,7 @@ class RecoveryDaemon:
         assert view is not None
         escalated = bool(view.escalations)
         damaged_at = self._damaged(view)
-        if view.owner and LeaseTable(self.wal_path).is_released(view.owner):
+        if view.owner and self._store.leases().is_released(view.owner):
             # An owner that closed its writer cleanly cannot have left a saga open:
             # its last record was lost (a lost write, a restore from a lagging copy).
             # The saga may well have committed; undoing it would be a guess.
@@ -391,7 +396,7 @@ class RecoveryDaemon:
                 return
             self._report.retried += 1
             self._emit("retrying", saga=saga_id, step=retry.step, escalation=retry.escalation)
-            view = _saga_detail(self.wal_path, saga_id, self._encryptor)
+            view = _saga_detail(self._store, saga_id, self._encryptor)
             step = None if view is None or retry.step is None else view.steps.get(retry.step)
             if view is None or step is None:
                 self._refuse_retry(retry, "the log holds no record of this step any more")
@@ -433,7 +438,7 @@ class RecoveryDaemon:
             )
             if current is None:
                 return None  # done meanwhile, or another daemon took it
-            now = time.time()
+            now = x.now()
             fence = (current.claim.fence if current.claim is not None else 0) + 1
             steps: list[dict[str, Any]] = []
             if retry.step is not None:
@@ -509,14 +514,14 @@ def _new_fold() -> SagaFold:
     return SagaFold(forget_terminal=True, remember_ended=False)
 
 
-def _saga_detail(wal_path: str, saga_id: str, decryptor: Any) -> SagaView | None:
+def _saga_detail(store: LogStore, saga_id: str, decryptor: Any) -> SagaView | None:
     """Every record of one saga folded, read back from the log (its detail was dropped).
 
     A streamed pass that keeps only this saga's records: retries are rare operator
     actions, and the daemon's own fold keeps no detail of terminal sagas.
     """
     fold = SagaFold()
-    for item in scan(wal_path, decryptor=decryptor):
+    for item in store.scan(decryptor=decryptor):
         if isinstance(item, Record) and item.data.get("saga") == saga_id:
             if item.data.get("type") == R.SAGA_END:
                 continue  # read the saga as it stood, so its steps can still be undone

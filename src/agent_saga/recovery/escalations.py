@@ -19,9 +19,8 @@ from ..errors import SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
 from ..wal import records as R
-from ..wal.reader import scan
 from ..wal.state import EscalationView, SagaFold
-from ..wal.writer import open_writer
+from ..wal.store import LogStore, open_store
 
 __all__ = ["fold_escalations", "list_escalations", "request_retry", "resolve_escalation"]
 
@@ -45,7 +44,7 @@ def _of_escalation(escalation: str) -> Callable[[Mapping[str, Any]], bool]:
 
 
 def fold_escalations(
-    wal_path: str, *, include_resolved: bool = False, decryptor: Any = None
+    wal_path: str | LogStore, *, include_resolved: bool = False, decryptor: Any = None
 ) -> SagaFold:
     """Fold the human queue of a WAL (no saga detail: only the queue's records).
 
@@ -62,12 +61,12 @@ def fold_escalations(
         WALAuthenticationFailed: a record failed authentication.
     """
     fold = SagaFold(forget_terminal=True, remember_ended=False, keep_resolved=include_resolved)
-    fold.feed(scan(wal_path, decryptor=decryptor), only=_queue_record)
+    fold.feed(open_store(wal_path).scan(decryptor=decryptor), only=_queue_record)
     return fold
 
 
 def list_escalations(
-    wal_path: str, *, include_resolved: bool = False, decryptor: Any = None
+    wal_path: str | LogStore, *, include_resolved: bool = False, decryptor: Any = None
 ) -> list[EscalationView]:
     """Return the escalations in the WAL, oldest first (open ones only by default).
 
@@ -88,7 +87,12 @@ def list_escalations(
 
 
 def resolve_escalation(
-    wal_path: str, escalation: str, *, note: str, by: str | None = None, encryptor: Any = None
+    wal_path: str | LogStore,
+    escalation: str,
+    *,
+    note: str,
+    by: str | None = None,
+    encryptor: Any = None,
 ) -> EscalationView:
     """Record that a human resolved ``escalation`` (durably, in the WAL).
 
@@ -107,16 +111,17 @@ def resolve_escalation(
     """
     if not note or not note.strip():
         raise SagaUsageError("resolving an escalation needs a --note saying what was done")
+    store = open_store(wal_path)
     fold = SagaFold(forget_terminal=True, remember_ended=False)
-    fold.feed(scan(wal_path, decryptor=encryptor), only=_of_escalation(escalation))
+    fold.feed(store.scan(decryptor=encryptor), only=_of_escalation(escalation))
     found = next((e for e in fold.open_escalations() if e.escalation == escalation), None)
     if found is None:
         raise SagaUsageError(
-            f"no open escalation {escalation!r} in {wal_path}; list them with "
+            f"no open escalation {escalation!r} in {store.display}; list them with "
             "`agent-saga escalations`"
         )
     who = by or current_user()
-    writer = open_writer(wal_path, encryptor=encryptor)
+    writer = store.writer(encryptor=encryptor)
     writer.append(
         {
             "type": R.ESCALATION_RESOLVED,
@@ -130,7 +135,12 @@ def resolve_escalation(
 
 
 def request_retry(
-    wal_path: str, escalation: str, *, note: str, by: str | None = None, encryptor: Any = None
+    wal_path: str | LogStore,
+    escalation: str,
+    *,
+    note: str,
+    by: str | None = None,
+    encryptor: Any = None,
 ) -> EscalationView:
     """Ask recovery to try an escalated step again, once its cause is fixed.
 
@@ -157,13 +167,14 @@ def request_retry(
     """
     if not note or not note.strip():
         raise SagaUsageError("retrying an escalation needs a --note saying what was fixed")
+    store = open_store(wal_path)
     # Pass 1: the escalation alone, to learn its saga (and fail fast if it is not open).
     queue = SagaFold(forget_terminal=True, remember_ended=False)
-    queue.feed(scan(wal_path, decryptor=encryptor), only=_of_escalation(escalation))
+    queue.feed(store.scan(decryptor=encryptor), only=_of_escalation(escalation))
     first = next((e for e in queue.open_escalations() if e.escalation == escalation), None)
     if first is None:
         raise SagaUsageError(
-            f"no open escalation {escalation!r} in {wal_path}; list them with "
+            f"no open escalation {escalation!r} in {store.display}; list them with "
             "`agent-saga escalations`"
         )
     # Pass 2: that saga's records and the escalation's, as the full fold would see them.
@@ -173,14 +184,14 @@ def request_retry(
         return data.get("saga") == saga_id or of_escalation(data)
 
     fold = SagaFold()
-    fold.feed(scan(wal_path, decryptor=encryptor), only=only)  # without holding the lock
-    writer = open_writer(wal_path, encryptor=encryptor)
+    fold.feed(store.scan(decryptor=encryptor), only=only)  # without holding the lock
+    writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
         fold.feed(x.read_from(fold.position), only=only)  # then what was appended meanwhile
         found = {e.escalation: e for e in fold.open_escalations()}.get(escalation)
         if found is None:
             raise SagaUsageError(
-                f"no open escalation {escalation!r} in {wal_path}; list them with "
+                f"no open escalation {escalation!r} in {store.display}; list them with "
                 "`agent-saga escalations`"
             )
         view = fold.get(found.saga_id)

@@ -8,6 +8,7 @@ holding the lock (``docs/log-format.md`` §3-§6).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,10 @@ class ExclusiveHandle:
             An iterator of records and damages, as :func:`reader.scan`.
         """
         return scan(self._w.path, start=offset, decryptor=self._w._encryptor)
+
+    def now(self) -> float:
+        """The log's clock: this host's wall clock (leases and claims are judged by it)."""
+        return time.time()
 
     def size(self) -> int:
         """Return the current size of the log in bytes (where the next append lands)."""

@@ -38,14 +38,18 @@ of the saga, and compaction drops sagas whole). So a record of a saga the fold d
 hold, other than ``saga_begin``, belongs to a saga that ended and was forgotten:
 
 * an ``escalated`` record goes to the human queue (as for any ended saga) and never
-  opens a saga, whatever else the log holds;
+  opens a saga;
 * the claim and undo records of an operator's retry are recognised by the retry they
   carry out (the retry request and the open escalation are held);
 * anything else is an ``after_end`` anomaly (an inconsistency to report, not a saga
-  to recover) — unless ``corrupt`` damage was seen earlier in the log, where the
-  saga's ``saga_begin`` may have been lost: then the record opens an ownerless saga
-  exactly as it would without bounded mode, and recovery escalates such a saga's steps
-  instead of compensating them (fail closed).
+  to recover).
+
+After ``corrupt`` damage a saga's ``saga_begin`` may have been lost, so from there on
+a record of a saga not held opens an ownerless saga, exactly as the whole-log fold
+would for a lost ``saga_begin`` (recovery escalates such a saga's steps instead of
+compensating them: fail closed) — except the records of a retry (a ``claim`` with
+``retry``, and undo or ``escalated`` records of a pending retry), which are matched to
+it as above.
 
 ``on_settled`` (with ``forget_terminal``) streams: it is called with a saga's full view
 at the moment nothing can change it any more — at its ``saga_end`` when it has no open
@@ -76,6 +80,7 @@ from .views import (
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reader import Damage, Decryptor, Record
+    from .store import LogStore
 
 __all__ = [
     "Anomaly",
@@ -389,10 +394,14 @@ class SagaFold:
 
     def _presumed_ended(self, rec: Mapping[str, Any], saga_id: str) -> bool:
         """Bounded mode: whether a record of a saga not held belongs to a finished one."""
-        if rec["type"] == r.ESCALATED or not self._corrupt_seen:
-            return True
-        if rec["type"] == r.CLAIM and "retry" in rec:
+        if not self._corrupt_seen:
+            return True  # every saga's records start with its saga_begin
+        rtype = rec["type"]
+        if rtype == r.CLAIM and "retry" in rec:
             return True  # only ever written for an operator's retry, after saga_end
+        if rtype == r.ESCALATED:
+            retry = self._retries.get(rec["escalation"])
+            return retry is not None and retry.outcome is None  # the retry failed again
         return self._retry_for(rec, saga_id) is not None
 
     def _late(self, rec: Mapping[str, Any], saga_id: str, off: int) -> None:
@@ -850,7 +859,7 @@ assert not set(_APPLY) & set(_UNSCOPED)
 
 
 def fold_file(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | LogStore,
     decryptor: Decryptor | None = None,
     *,
     forget_terminal: bool = False,
@@ -858,7 +867,8 @@ def fold_file(
     """Stream a WAL file through a new :class:`SagaFold`.
 
     Args:
-        path: The WAL file (a missing file reads as empty).
+        path: The WAL location: a file (a missing file reads as empty), a
+            ``postgresql://`` URL or a :class:`~agent_saga.wal.store.LogStore`.
         decryptor: Passed to the reader for encrypted logs.
         forget_terminal: See :class:`SagaFold`.
 
@@ -869,8 +879,8 @@ def fold_file(
         WALKeyMissing: The log is encrypted and no decryptor was given.
         WALAuthenticationFailed: A record failed authentication.
     """
-    from .reader import scan
+    from .store import open_store
 
     fold = SagaFold(forget_terminal=forget_terminal)
-    fold.feed(scan(path, decryptor=decryptor))
+    fold.feed(open_store(path).scan(decryptor=decryptor))
     return fold, fold.damages

@@ -170,6 +170,11 @@ class WALWriter:
     # ------------------------------------------------------------------ public API
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a closed writer is reopened by ``open_writer``)."""
+        return self._closed
+
+    @property
     def fenced(self) -> bool:
         """True once this writer lost its lease; it then writes nothing, for good."""
         return self._fenced
@@ -360,7 +365,10 @@ class WALWriter:
         self._stop.set()
         self._renewer.join()
         with self._plock:
-            if not self._fenced:
+            # "Released" tells recovery that this owner ended every saga it began. After
+            # a failed write that may be false (a saga_end may be what failed): leave the
+            # lease to expire instead, so recovery treats its open sagas as orphaned.
+            if not self._fenced and self.stats.failed_batches == 0:
                 with contextlib.suppress(OSError):
                     self._lease.release()
         with self._io_lock, contextlib.suppress(OSError):

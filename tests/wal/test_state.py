@@ -343,7 +343,7 @@ def test_memory_grows_with_live_sagas_not_with_log_length() -> None:
         tracemalloc.start()
         before = tracemalloc.take_snapshot()
         off = 0
-        for i, log in enumerate(logs):
+        for log in logs:
             for rec in log.items:
                 f.apply(rec[1], off)
                 off += 100

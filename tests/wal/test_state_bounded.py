@@ -50,14 +50,21 @@ def test_bounded_fold_memory_does_not_grow_with_ended_sagas() -> None:
             off = feed(fold, saga(f"{i:032x}"), off)
         after = tracemalloc.take_snapshot()
         tracemalloc.stop()
-        mine = [tracemalloc.Filter(True, "*agent_saga/wal/*")]
+        # The fold's own modules only: writers left running by other tests allocate in
+        # agent_saga/wal too (their flusher and lease threads), never in these two.
+        mine = [
+            tracemalloc.Filter(True, "*agent_saga/wal/state.py"),
+            tracemalloc.Filter(True, "*agent_saga/wal/views.py"),
+        ]
         stats = after.filter_traces(mine).compare_to(before.filter_traces(mine), "filename")
         return sum(s.size_diff for s in stats)
 
     # The measurement sees what a fold keeps: one summary per saga in summary mode.
-    assert held(5000) > 5 * held(500) > 0
+    summaries = held(5000)
+    assert summaries > 5 * held(500) > 0
     small, big = held(500, remember_ended=False), held(5000, remember_ended=False)
-    assert big < 4096, f"ten times the sagas: {small} -> {big} bytes held"
+    assert big < 16384, f"ten times the sagas: {small} -> {big} bytes held"
+    assert big * 20 < summaries
 
 
 def test_a_late_step_record_of_a_finished_saga_is_an_anomaly_not_a_new_saga() -> None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _floor import Floors, best_floor
+from _cases import hot_path, hot_table, hot_targets
 from _peers import run_sqlite
 from _stats import gc_paused, monotonic_deadline, summarise
 
@@ -259,18 +260,6 @@ def _durable_sync_chunk(path: str, n: int, out: list[int]) -> None:
             t0 = pc()
             charge_sync(i)
             out.append(pc() - t0)
-
-
-def _floor_chunk(fd: int, intent: bytes, committed: bytes, n: int, out: list[int]) -> None:
-    pc = time.perf_counter_ns
-    write, fsync = os.write, os.fsync
-    for _ in range(n):
-        t0 = pc()
-        write(fd, intent)
-        fsync(fd)
-        write(fd, committed)
-        fsync(fd)
-        out.append(pc() - t0)
 
 
 def real_frames(path: str) -> tuple[bytes, bytes]:
@@ -717,6 +706,7 @@ def table(result: dict[str, Any]) -> str:
             f"{db['one_step_workflow']['p50_ms']:.3f} ms  agent-saga/dbos = {db['ratio']:.2f} "
             f"({db['speedup']:.1f}x faster)"
         )
+    lines.append(hot_table(result["durable"]["hot_path"]))
     lines += ["", "targets (docs/performance.md)"]
     for row in result["targets"]:
         verdict = {True: "PASS", False: "MISS", None: "SKIP"}[row["pass"]]
@@ -751,6 +741,9 @@ def run(p: Params, directory: str, progress: Callable[[str], None] = _log) -> di
     result["fast"] = asyncio.run(_fast(p))
     progress("durable …")
     result["durable"] = _durable(p, directory)
+    progress("hot path …")
+    hot = result["durable"]["hot_path"] = hot_path(directory, p is QUICK)
+    hot["targets"] = hot_targets(hot)
     progress("concurrency …")
     result["concurrency"] = _concurrency(p, directory)
     progress("peers …")
@@ -770,6 +763,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="where the WALs go (default: a temp dir under the CWD)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark directory")
+    parser.add_argument(
+        "--pg",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="URL",
+        help="also the PostgreSQL grid of bench/_pg.py (agent-saga vs DBOS) on URL, or on "
+        "a throw-away server when no URL is given",
+    )
     parser.add_argument("--child-level", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_level:
@@ -779,10 +781,20 @@ def main(argv: list[str] | None = None) -> int:
     directory, created = choose_directory(args.dir)
     try:
         result = run(QUICK if args.quick else FULL, directory)
+        if args.pg is not None:
+            import _pg
+
+            _log("postgresql grid (bench/_pg.py) …")
+            quick = {"seconds": 0.5, "levels": (1, 16), "processes": (1, 2)} if args.quick else {}
+            result["pg"] = _pg.run(args.pg or None, directory=directory, **quick)
     finally:
         if created and not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
     text = table(result)
+    if "pg" in result:
+        import _pg
+
+        text += "\n\npostgresql (bench/_pg.py)\n" + _pg.table(result["pg"])
     if args.json:
         print(text, file=sys.stderr)
         sys.stdout.write(json.dumps(result) + "\n")

@@ -130,6 +130,30 @@ class PostgresService(Service):
         wait_until(accepting, timeout=30, what="PostgreSQL")
         return {"AGENT_SAGA_TEST_PG": f"postgresql://postgres@127.0.0.1:{port}/postgres"}
 
+    def restart(self) -> None:
+        """Restart the running cluster (fast shutdown: sessions are cut, as in a crash
+        of the connection; committed data survives). Same port, same options."""
+        if self._data is None or self._bin is None:
+            raise ServiceUnavailable("restart: the cluster is not running")
+        done = subprocess.run(
+            self._as_owner(
+                f"{self._bin}/pg_ctl",
+                "-D",
+                str(self._data),
+                "-l",
+                str(self._data.parent / "server.log"),  # never our pipe: pg_ctl would hang
+                "-m",
+                "fast",
+                "-w",
+                "restart",
+            ),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ServiceUnavailable(f"pg_ctl restart failed: {done.stderr.strip()[-500:]}")
+
     def stop(self) -> None:
         """Stop the cluster (fast shutdown) and remove a private temp directory."""
         if self._data is not None and self._bin is not None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from . import _config
@@ -44,12 +44,11 @@ from .errors import SagaUsageError
 from .gate import ApprovalRequest, Decision, current_user
 from .secrets import redact
 from .wal import records as R
-from .wal.reader import Damage, Record, scan
-from .wal.state import ApprovalView, SagaFold, fold_file
-from .wal.tail import data_end
-from .wal.writer import WALWriter, open_writer
+from .wal.reader import Damage, Record
+from .wal.state import ApprovalView, SagaFold
+from .wal.store import LogStore, LogWriter, open_store
 
-__all__ = ["ApprovalQueue", "ApprovalView", "decide_approval", "list_approvals"]
+__all__ = ["ApprovalQueue", "ApprovalView", "decide_approval", "fold_approvals", "list_approvals"]
 
 _Read = Callable[[int], Iterable[Record | Damage]]
 
@@ -116,13 +115,13 @@ class ApprovalQueue:
             LeaseLost: this process's writer was fenced (the gate refuses).
             SagaUsageError: no ``wal_path`` and the saga logs to an injected ``log=``.
         """
-        path = self._path()
-        writer = open_writer(path, encryptor=self.encryptor)
+        store = open_store(self._path())
+        writer = store.writer(encryptor=self.encryptor)
         rid = R.approval_id(request.saga_id, request.step)
         # Read back with whatever the writer seals with (the saga's encryptor= when it
         # opened this writer first), so what we write we can read.
         decryptor = self.encryptor if self.encryptor is not None else writer._encryptor
-        watch = _Watch(path, rid, request.saga_id, decryptor)
+        watch = _Watch(store, rid, request.saga_id, decryptor)
         now = time.time()
         writer.append(
             {
@@ -175,7 +174,7 @@ class ApprovalQueue:
                 return None
             time.sleep(min(self.poll_interval, remaining))
 
-    def _close(self, writer: WALWriter, watch: _Watch, note: str) -> Decision:
+    def _close(self, writer: LogWriter, watch: _Watch, note: str) -> Decision:
         """Deny, unless a decision landed meanwhile (checked under the append lock)."""
         with writer.exclusive() as x:
             answer = watch.poll(x.read_from)
@@ -188,25 +187,25 @@ class ApprovalQueue:
 class _Watch:
     """Follows the log's tail for the decisions on one request (never rereads it all)."""
 
-    def __init__(self, path: str, request: str, saga_id: str, decryptor: Any) -> None:
-        self.path = path
+    def __init__(self, store: LogStore, request: str, saga_id: str, decryptor: Any) -> None:
+        self.store = store
         self.request = request
         self.saga_id = saga_id
         self.decryptor = decryptor
         # Everything after the current end; our own request is appended after it.
-        self.pos, self.inode = _stat(path)
+        self.pos, self.identity = store.end(), store.identity()
         self.fold = SagaFold()
 
     def scan(self, start: int) -> Iterable[Record | Damage]:
-        return scan(self.path, start=start, decryptor=self.decryptor)
+        return self.store.scan(start, decryptor=self.decryptor)
 
     def poll(self, read: _Read) -> ApprovalView | None:
         """Read what was appended since the last poll; return the decision, if any."""
-        inode = _stat(self.path)[1]
-        if inode != self.inode:
+        identity = self.store.identity()
+        if identity != self.identity:
             # Compaction replaced the file and moved every offset: start over. It
             # keeps our request (its saga has not ended) and the order of records.
-            self.pos, self.inode, self.fold = 0, inode, SagaFold()
+            self.pos, self.identity, self.fold = 0, identity, SagaFold()
         for item in read(self.pos):
             if isinstance(item, Damage):
                 continue  # a torn tail is re-read next time; we only advance past records
@@ -223,16 +222,6 @@ _APPROVAL_TYPES: Final = frozenset({R.APPROVAL_REQUESTED, R.APPROVAL_DECIDED})
 
 def _as_decision(answer: ApprovalView) -> Decision:
     return Decision(answer.decision == "approved", str(answer.decided_by), str(answer.note))
-
-
-def _stat(path: str) -> tuple[int, int]:
-    """``(end of the log's data, inode)``: not the file's size, which for a
-    preallocated log (docs/log-format.md §11.2) lies past its zeros."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return 0, 0
-    return data_end(path), st.st_ino
 
 
 def _positive(value: object) -> bool:
@@ -252,10 +241,72 @@ def _decision(request: str, saga_id: str, approve: bool, by: str, note: str) -> 
 
 
 # ---- the human side -------------------------------------------------------------------
+#
+# Memory follows the queue, not the log: a listing folds only approval records and
+# saga begin/end (a saga's view is then empty of steps), and keeps a request only
+# while its saga has not ended (``--all``: every request, what it prints). A decision
+# folds only its request's records and its saga's ``saga_end``: one pass over the log,
+# the least that can prove, without an index, that nobody decided it already.
+
+_LISTED: Final = frozenset({R.APPROVAL_REQUESTED, R.APPROVAL_DECIDED, R.SAGA_BEGIN, R.SAGA_END})
+
+
+def _listed(data: Mapping[str, Any]) -> bool:
+    return data.get("type") in _LISTED
+
+
+def fold_approvals(
+    wal_path: str | os.PathLike[str] | LogStore,
+    *,
+    include_closed: bool = False,
+    decryptor: Any = None,
+) -> SagaFold:
+    """Fold the approval queue of a WAL (no step detail: only what the queue needs).
+
+    A request for a saga that ended is dropped with it unless ``include_closed``.
+    (Bounded: a request recorded *after* its saga's end — no writer does that — is
+    not known to be closed and lists as open; deciding it changes nothing.)
+
+    Args:
+        wal_path: The write-ahead log.
+        include_closed: Keep the requests of ended sagas too (``approvals --all``).
+        decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+
+    Returns:
+        The fold: ``approvals()`` / ``open_approvals()``, and ``damages``.
+
+    Raises:
+        WALKeyMissing: the log is encrypted and no key is configured.
+        WALAuthenticationFailed: a record failed authentication.
+    """
+    fold = SagaFold(forget_terminal=True, remember_ended=False, keep_approvals=include_closed)
+    fold.feed(open_store(wal_path).scan(decryptor=decryptor), only=_listed)
+    return fold
+
+
+def _of_request(request_id: str) -> Callable[[Mapping[str, Any]], bool]:
+    """The records that decide one request's state: its own, and its saga's end."""
+    sagas: set[str] = set()
+
+    def only(data: Mapping[str, Any]) -> bool:
+        rtype = data.get("type")
+        if rtype == R.SAGA_END:
+            return data.get("saga") in sagas
+        if rtype in _APPROVAL_TYPES and data.get("request") == request_id:
+            saga = data.get("saga")
+            if rtype == R.APPROVAL_REQUESTED and isinstance(saga, str):
+                sagas.add(saga)
+            return True
+        return False
+
+    return only
 
 
 def list_approvals(
-    wal_path: str | os.PathLike[str], *, include_decided: bool = False, decryptor: Any = None
+    wal_path: str | os.PathLike[str] | LogStore,
+    *,
+    include_decided: bool = False,
+    decryptor: Any = None,
 ) -> list[ApprovalView]:
     """Return the approval requests in the WAL, oldest first (open ones only by default).
 
@@ -272,12 +323,12 @@ def list_approvals(
         WALKeyMissing: the log is encrypted and no key is configured.
         WALAuthenticationFailed: a record failed authentication.
     """
-    fold, _ = fold_file(wal_path, decryptor)
+    fold = fold_approvals(wal_path, include_closed=include_decided, decryptor=decryptor)
     return fold.approvals() if include_decided else fold.open_approvals()
 
 
 def decide_approval(
-    wal_path: str | os.PathLike[str],
+    wal_path: str | os.PathLike[str] | LogStore,
     request_id: str,
     *,
     approve: bool,
@@ -309,20 +360,24 @@ def decide_approval(
     """
     if not isinstance(note, str) or not note.strip():
         raise SagaUsageError("deciding an approval request needs a --note saying why")
-    path = os.fspath(wal_path)
-    inode = _stat(path)[1]
-    fold, _ = fold_file(path, encryptor)  # the bulk of the log, without the lock
+    store = open_store(wal_path)
+    path = store.display
+    identity = store.identity()
+    only = _of_request(request_id)
+    fold = SagaFold()  # holds one request and its saga's end, however long the log
+    fold.feed(store.scan(decryptor=encryptor), only=only)  # the bulk, without the lock
     _check_open(fold, request_id, path)  # fail fast, before opening a writer
-    writer = open_writer(path, encryptor=encryptor)
+    writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
-        if _stat(path)[1] != inode:  # compacted meanwhile: offsets moved
+        if store.identity() != identity:  # compacted meanwhile: offsets moved
             fold = SagaFold()
-            fold.feed(x.read_from(0))
+            only = _of_request(request_id)
+            fold.feed(x.read_from(0), only=only)
         else:
-            fold.feed(x.read_from(fold.position))
+            fold.feed(x.read_from(fold.position), only=only)
         view = _check_open(fold, request_id, path)
         record = _decision(request_id, view.saga_id, approve, by or current_user(), note)
-        offset = x.size()
+        offset = fold.position
         x.append_locked([record])
     fold.apply(record, offset)
     return view

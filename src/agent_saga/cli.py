@@ -5,6 +5,7 @@ Subcommands::
     agent-saga runs --wal-path P [--status S] [--json]
     agent-saga wal verify --wal-path P [--json]
     agent-saga wal encrypt --wal-path P     (with AGENT_SAGA_WAL_KEY set)
+    agent-saga db migrate --wal-path postgresql://...
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
@@ -45,7 +46,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -56,7 +57,6 @@ from ._cli_support import (
     EXIT_OK,
     EXIT_USAGE,
     bug_line,
-    check_wal_path,
     conflict_message,
     conflicting_distribution,
     non_negative_seconds,
@@ -65,6 +65,7 @@ from ._cli_support import (
 from .errors import SagaError, SagaUsageError
 from .recovery.liveness import Liveness
 from .wal.records import TERMINAL_OUTCOMES
+from .wal.store import FileStore, LogStore, open_store
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .wal.reader import Damage
@@ -97,7 +98,7 @@ def _add_wal_path(p: argparse.ArgumentParser, dest: str = "wal_path") -> None:
     p.add_argument("--wal-path", dest=dest, default=None, metavar="PATH", help=_WAL_HELP)
 
 
-def _wal_path(args: argparse.Namespace) -> str:
+def _wal_path(args: argparse.Namespace) -> LogStore:
     """The log to read: ``--wal-path`` (before or after the action), else the default.
 
     Raises:
@@ -109,9 +110,9 @@ def _wal_path(args: argparse.Namespace) -> str:
     if outer is not None and inner is not None and outer != inner:
         raise SagaUsageError(f"two different --wal-path values: {outer} and {inner}; give one")
     chosen = inner if inner is not None else outer
-    path = str(_config.default_wal_path() if chosen is None else chosen)
-    check_wal_path(path, must_exist=True)
-    return path
+    store = open_store(str(_config.default_wal_path() if chosen is None else chosen))
+    store.check(must_exist=True)
+    return store
 
 
 def _report_damage(damages: Sequence[Damage], err: TextIO, what: str) -> int:
@@ -191,55 +192,148 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
         out.write("\n")
 
 
-def _judge(views: list[SagaView], wal: str) -> list[tuple[SagaView, Liveness]]:
-    """Pair each saga with the daemon's view of it (lease files read once per owner)."""
-    from .recovery.liveness import liveness
-    from .wal.lease import LeaseInfo, LeaseTable
+TABLE_BLOCK = 1000
+"""Rows a streamed table measures its column widths on before printing them."""
 
-    table = LeaseTable(wal)
+
+class _StreamedTable:
+    """A table printed as it comes: blocks of :data:`TABLE_BLOCK` rows, aligned.
+
+    Column widths are those of the header and the first block, and only ever grow:
+    a later block with a wider cell widens its column from that block on. A listing
+    of up to one block is laid out exactly as if it had been measured whole.
+    """
+
+    def __init__(self, header: list[str], out: TextIO) -> None:
+        self._out = out
+        self._rows = [header]
+        self._widths = [0] * len(header)
+        self.rows = 0  # rows added, the header not counted
+
+    def add(self, row: list[str]) -> None:
+        self._rows.append(row)
+        self.rows += 1
+        if len(self._rows) >= TABLE_BLOCK:
+            self.flush()
+
+    def flush(self) -> None:
+        rows, self._rows = self._rows, []
+        if not rows:
+            return
+        for i in range(len(self._widths)):
+            self._widths[i] = max(self._widths[i], *(len(row[i]) for row in rows))
+        for row in rows:
+            line = "  ".join(c.ljust(w) for c, w in zip(row, self._widths, strict=True))
+            self._out.write(line.rstrip() + "\n")
+
+
+class _JsonArray:
+    """A JSON array written one element at a time, byte for byte what ``json.dump``
+    of the whole list with ``indent=2`` prints."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self.count = 0
+
+    def add(self, item: Any) -> None:
+        text = json.dumps(item, indent=2, default=str)
+        self._out.write("[\n  " if self.count == 0 else ",\n  ")
+        self._out.write(text.replace("\n", "\n  "))  # JSON strings hold no raw newline
+        self.count += 1
+
+    def close(self) -> None:
+        self._out.write("[]\n" if self.count == 0 else "\n]\n")
+
+
+def _judge(views: Iterable[SagaView], wal: LogStore) -> Iterator[tuple[SagaView, Liveness]]:
+    """Pair each saga with the daemon's view of it (leases read once per owner)."""
+    from .recovery.liveness import liveness
+    from .wal.lease import LeaseInfo
+
+    table = wal.leases()
     leases: dict[str, LeaseInfo | None] = {}
-    now = time.time()
-    judged = []
+    now = wal.now()
     for v in views:
         lease = None
         if v.owner and not v.terminal:
             if v.owner not in leases:
                 leases[v.owner] = table.get(v.owner)
             lease = leases[v.owner]
-        judged.append((v, liveness(v, lease, now)))
-    return judged
+        yield v, liveness(v, lease, now)
+
+
+def _start_key(v: SagaView) -> tuple[bool, float, str]:
+    return (v.started is None, v.started or 0.0, v.saga_id)
+
+
+class _RunsPrinter:
+    """Prints each saga of ``runs`` as soon as it is final, keeping nothing of it."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self._status: str | None = args.status
+        self._json = _JsonArray(out) if args.json else None
+        self._table = (
+            None
+            if args.json
+            else _StreamedTable(["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"], out)
+        )
+        self._out = out
+
+    def settled(self, v: SagaView) -> None:
+        """``SagaFold(on_settled=...)``: a terminal saga nothing can change any more."""
+        from .recovery.liveness import liveness
+
+        self.print(v, liveness(v, None, 0.0))  # terminal: no lease, no clock
+
+    def print(self, v: SagaView, live: Liveness) -> None:
+        if self._status is not None and live.status != self._status:
+            return
+        if self._json is not None:
+            self._json.add(_saga_json(v, live))
+            return
+        assert self._table is not None
+        self._table.add(
+            [
+                v.saga_id,
+                v.name or "-",
+                live.describe(),
+                _steps_summary(v),
+                _ts(v.started),
+                v.outcome or "-",
+            ]
+        )
+
+    def close(self) -> None:
+        if self._json is not None:
+            self._json.close()
+            return
+        assert self._table is not None
+        if self._table.rows == 0:
+            self._out.write("no sagas\n")
+            return
+        self._table.flush()
 
 
 def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.state import fold_file
+    from .wal.state import SagaFold
 
     wal = _wal_path(args)
-    fold, damages = fold_file(wal)
-    views = sorted(fold.sagas(), key=lambda v: (v.started is None, v.started or 0.0, v.saga_id))
-    judged = _judge(views, wal)
-    if args.status:
-        judged = [(v, live) for v, live in judged if live.status == args.status]
-    code = _report_damage(damages, err, "the list of sagas")
-    if args.json:
-        json.dump([_saga_json(v, live) for v, live in judged], out, indent=2, default=str)
-        out.write("\n")
-        return code
-    if not judged:
-        out.write("no sagas\n")
-        return code
-    rows = [["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"]]
-    rows += [
-        [
-            v.saga_id,
-            v.name or "-",
-            live.describe(),
-            _steps_summary(v),
-            _ts(v.started),
-            v.outcome or "-",
-        ]
-        for v, live in judged
-    ]
-    _table(rows, out)
+    printer = _RunsPrinter(args, out)
+    # Bounded and streaming: a saga is printed (and forgotten) as soon as it is final;
+    # only live sagas and ended ones with an open escalation are held to the end.
+    fold = SagaFold(forget_terminal=True, remember_ended=False, on_settled=printer.settled)
+    fold.feed(wal.scan())
+    for v, live in _judge(sorted(fold.sagas(), key=_start_key), wal):
+        printer.print(v, live)
+    printer.close()
+    code = _report_damage(fold.damages, err, "the list of sagas")
+    if fold.late_records:
+        offset, saga_id, rtype = fold.late_examples[0]
+        err.write(
+            f"agent-saga: note: {fold.late_records} record(s) came after the end of sagas "
+            f"already listed (first: {rtype} of saga {saga_id} at offset {offset}); "
+            "`agent-saga escalations` lists any escalation among them\n"
+        )
     return code
 
 
@@ -247,9 +341,7 @@ def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.reader import verify
-
-    report = verify(_wal_path(args))
+    report = _wal_path(args).verify()
     if args.json:
         json.dump(
             {
@@ -280,11 +372,8 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.compaction import compact
-
     archive: bool | str = False if args.no_archive else args.archive
-    report = compact(
-        _wal_path(args),
+    report = _wal_path(args).compact(
         archive=archive,
         retain_seconds=args.retain_seconds,
         force=args.force,
@@ -318,7 +407,13 @@ def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise SagaUsageError(
             "set AGENT_SAGA_WAL_KEY to the key to encrypt the log with (base64 of 32 bytes)"
         )
-    report = encrypt_log(_wal_path(args), encryptor)
+    store = _wal_path(args)
+    if not isinstance(store, FileStore):
+        raise SagaUsageError(
+            f"wal encrypt rewrites a WAL file; {store.display} is a {store.kind} log "
+            "(set the key before its first record instead)"
+        )
+    report = encrypt_log(store.path, encryptor)
     if report.already:
         out.write(f"{report.path}: already encrypted with this key")
     else:
@@ -330,12 +425,36 @@ def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+# ---- db migrate ---------------------------------------------------------------------
+
+
+def _cmd_db_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    location = str(args.wal_path or _config.default_wal_path())
+    store = open_store(location)
+    migrate: Callable[[], Any] | None = getattr(store, "migrate", None)
+    if migrate is None:
+        raise SagaUsageError(
+            f"db migrate sets up a database log; {store.display} is a {store.kind} log, "
+            "which needs no schema (give --wal-path postgresql://...)"
+        )
+    report = migrate()
+    if report.changed:
+        out.write(
+            f"{report.location}: schema {report.schema} migrated from version "
+            f"{report.before} to {report.after}\n"
+        )
+    else:
+        out.write(
+            f"{report.location}: schema {report.schema} is up to date (version {report.after})\n"
+        )
+    return EXIT_OK
+
+
 # ---- escalations -------------------------------------------------------------------
 
 
 def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .recovery.escalations import request_retry, resolve_escalation
-    from .wal.state import fold_file
+    from .recovery.escalations import fold_escalations, request_retry, resolve_escalation
 
     if getattr(args, "esc_command", None) == "resolve":
         found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
@@ -349,9 +468,10 @@ def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "retries it with the same recovery token\n"
         )
         return EXIT_OK
-    fold, damages = fold_file(_wal_path(args))
+    # The queue's records only; an escalation is kept while open (--all: all of them).
+    fold = fold_escalations(_wal_path(args), include_resolved=args.all)
     items = fold.escalations() if args.all else fold.open_escalations()
-    code = _report_damage(damages, err, "the human queue above")
+    code = _report_damage(fold.damages, err, "the human queue above")
     if args.json:
         json.dump([asdict(e) for e in items], out, indent=2, default=str)
         out.write("\n")
@@ -380,8 +500,7 @@ def _approval_state(a: ApprovalView, now: float) -> str:
 
 
 def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .approvals import decide_approval
-    from .wal.state import fold_file
+    from .approvals import decide_approval, fold_approvals
 
     action = getattr(args, "apr_command", None)
     if action in ("approve", "deny"):
@@ -393,10 +512,12 @@ def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"by {a.decided_by}\n"
         )
         return EXIT_OK
-    fold, damages = fold_file(_wal_path(args))
+    # The queue's records and saga begin/end only; a request is kept while its saga
+    # has not ended (--all: every request, what it prints).
+    fold = fold_approvals(_wal_path(args), include_closed=args.all)
     now = time.time()
     items = fold.approvals() if args.all else fold.open_approvals(now=now)
-    code = _report_damage(damages, err, "the approval queue above")
+    code = _report_damage(fold.damages, err, "the approval queue above")
     if args.json:
         data = [{**asdict(a), "state": _approval_state(a, now)} for a in items]
         json.dump(data, out, indent=2, default=str)
@@ -526,6 +647,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_wal_path(encrypt)
     encrypt.set_defaults(handler=_cmd_encrypt)
+
+    db = sub.add_parser("db", help="manage a database log (postgresql:// WAL locations)")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    migrate = db_sub.add_parser(
+        "migrate",
+        help="create or upgrade the log schema (idempotent; safe to run on every deploy)",
+        description="Create or upgrade the agent-saga log schema at a postgresql:// "
+        "WAL location and record its version. Running it again changes nothing.",
+    )
+    migrate.add_argument(
+        "--wal-path",
+        dest="wal_path",
+        default=None,
+        metavar="URL",
+        help="the postgresql:// log (default: $AGENT_SAGA_WAL_PATH)",
+    )
+    migrate.set_defaults(handler=_cmd_db_migrate)
 
     esc = sub.add_parser("escalations", help="list the human queue, or resolve an item")
     _add_wal_path(esc)

@@ -404,3 +404,34 @@ def test_a_submitted_record_waits_for_the_next_batch_and_shares_its_fsync(wal: s
     w.flush()  # a flush takes submitted records along
     assert _records(wal) == [rec(0), rec(1), rec(2)]
     w.close()
+
+
+def test_a_writer_whose_write_failed_leaves_its_lease_to_expire_instead_of_releasing_it(
+    wal: str,
+) -> None:
+    from agent_saga.wal.lease import LeaseTable
+
+    io = GatedIO()
+    io.fail_fsync_calls = {1}
+    w = WALWriter(wal, lease_seconds=0.5, _io=io)
+    with pytest.raises(WALWriteFailed):
+        w.append(rec(0))
+    w.append(rec(1))
+    w.close()
+    # "released" would tell recovery every saga of this owner ended; the failed write
+    # may have been a saga_end, so recovery must treat the owner as gone instead.
+    table = LeaseTable(wal)
+    assert not table.is_released(w.owner)
+    lease = table.get(w.owner)
+    assert lease is not None
+    assert lease.state == "live"
+    assert table.is_expired(w.owner, now=lease.expires + 0.001)
+
+
+def test_a_writer_whose_writes_all_succeeded_releases_its_lease_on_close(wal: str) -> None:
+    from agent_saga.wal.lease import LeaseTable
+
+    w = WALWriter(wal)
+    w.append(rec(0))
+    w.close()
+    assert LeaseTable(wal).is_released(w.owner)

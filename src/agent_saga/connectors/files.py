@@ -55,6 +55,7 @@ from .. import (
     tool,
 )
 from ..wal.snapshots import SnapshotStore, fsync_dir, write_fully
+from ..wal.store import is_url, redact_location
 
 __all__ = [
     "FileChangedConcurrently",
@@ -299,6 +300,13 @@ def _context() -> tuple[str, SnapshotStore, str]:
     scope = current_saga()
     if scope is None:
         raise NoActiveSaga("file tools must run inside a saga(...) so they can be undone")
+    if is_url(scope.wal_path):
+        raise SagaUsageError(
+            "the file tools keep their snapshots beside a WAL file (<wal>.d/snapshots) so "
+            "recovery on this host can restore them; this saga logs to "
+            f"{redact_location(scope.wal_path)}: run file tools in a saga with a file "
+            "wal_path on the host whose files they change"
+        )
     return scope.id, SnapshotStore(scope.wal_path, encryptor=scope.encryptor), scope.wal_path
 
 

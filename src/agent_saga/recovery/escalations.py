@@ -1,22 +1,72 @@
-"""The human queue: list open escalations and record a human's decision."""
+"""The human queue: list open escalations and record a human's decision.
+
+Memory follows the queue, not the log: a listing folds only the queue's records
+(``escalated``, ``escalation_resolved``, ``escalation_retry``, a retry's ``claim``)
+and keeps an escalation only while it is open (``--all``: every escalation, what it
+prints). Deciding on one escalation folds only that escalation's records, and, for a
+retry, that saga's. Each is one pass over the log (a retry two: the saga is known
+only once its escalation was found); without an index, a pass is the least that can
+prove no later record resolved or retried it.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from ..errors import SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
 from ..wal import records as R
-from ..wal.state import EscalationView, fold_file
-from ..wal.writer import open_writer
+from ..wal.state import EscalationView, SagaFold
+from ..wal.store import LogStore, open_store
 
-__all__ = ["list_escalations", "request_retry", "resolve_escalation"]
+__all__ = ["fold_escalations", "list_escalations", "request_retry", "resolve_escalation"]
+
+_QUEUE: Final = frozenset({R.ESCALATED, R.ESCALATION_RESOLVED, R.ESCALATION_RETRY})
+
+
+def _queue_record(data: Mapping[str, Any]) -> bool:
+    rtype = data.get("type")
+    return rtype in _QUEUE or (rtype == R.CLAIM and "retry" in data)
+
+
+def _of_escalation(escalation: str) -> Callable[[Mapping[str, Any]], bool]:
+    """The records that decide one escalation's state (its own, its retries' claims)."""
+
+    def only(data: Mapping[str, Any]) -> bool:
+        if data.get("escalation") == escalation:
+            return True
+        return data.get("type") == R.CLAIM and data.get("retry") == escalation
+
+    return only
+
+
+def fold_escalations(
+    wal_path: str | LogStore, *, include_resolved: bool = False, decryptor: Any = None
+) -> SagaFold:
+    """Fold the human queue of a WAL (no saga detail: only the queue's records).
+
+    Args:
+        wal_path: The write-ahead log.
+        include_resolved: Keep resolved escalations too (else only open ones are kept).
+        decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+
+    Returns:
+        The fold: ``escalations()`` / ``open_escalations()``, and ``damages``.
+
+    Raises:
+        WALKeyMissing: the log is encrypted and no key is configured.
+        WALAuthenticationFailed: a record failed authentication.
+    """
+    fold = SagaFold(forget_terminal=True, remember_ended=False, keep_resolved=include_resolved)
+    fold.feed(open_store(wal_path).scan(decryptor=decryptor), only=_queue_record)
+    return fold
 
 
 def list_escalations(
-    wal_path: str, *, include_resolved: bool = False, decryptor: Any = None
+    wal_path: str | LogStore, *, include_resolved: bool = False, decryptor: Any = None
 ) -> list[EscalationView]:
     """Return the escalations in the WAL, oldest first (open ones only by default).
 
@@ -24,15 +74,25 @@ def list_escalations(
         wal_path: The write-ahead log.
         include_resolved: Also return escalations a human already resolved.
         decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+
+    Returns:
+        The escalations.
+
+    Raises:
+        WALKeyMissing: the log is encrypted and no key is configured.
+        WALAuthenticationFailed: a record failed authentication.
     """
-    # Open escalations survive forgetting the detail of ended sagas: memory then grows
-    # with the open queue, not with the log (resolved ones are only kept for --all).
-    fold, _ = fold_file(wal_path, decryptor, forget_terminal=not include_resolved)
+    fold = fold_escalations(wal_path, include_resolved=include_resolved, decryptor=decryptor)
     return fold.escalations() if include_resolved else fold.open_escalations()
 
 
 def resolve_escalation(
-    wal_path: str, escalation: str, *, note: str, by: str | None = None, encryptor: Any = None
+    wal_path: str | LogStore,
+    escalation: str,
+    *,
+    note: str,
+    by: str | None = None,
+    encryptor: Any = None,
 ) -> EscalationView:
     """Record that a human resolved ``escalation`` (durably, in the WAL).
 
@@ -51,15 +111,17 @@ def resolve_escalation(
     """
     if not note or not note.strip():
         raise SagaUsageError("resolving an escalation needs a --note saying what was done")
-    open_ones = {e.escalation: e for e in list_escalations(wal_path, decryptor=encryptor)}
-    found = open_ones.get(escalation)
+    store = open_store(wal_path)
+    fold = SagaFold(forget_terminal=True, remember_ended=False)
+    fold.feed(store.scan(decryptor=encryptor), only=_of_escalation(escalation))
+    found = next((e for e in fold.open_escalations() if e.escalation == escalation), None)
     if found is None:
         raise SagaUsageError(
-            f"no open escalation {escalation!r} in {wal_path}; list them with "
+            f"no open escalation {escalation!r} in {store.display}; list them with "
             "`agent-saga escalations`"
         )
     who = by or current_user()
-    writer = open_writer(wal_path, encryptor=encryptor)
+    writer = store.writer(encryptor=encryptor)
     writer.append(
         {
             "type": R.ESCALATION_RESOLVED,
@@ -73,7 +135,12 @@ def resolve_escalation(
 
 
 def request_retry(
-    wal_path: str, escalation: str, *, note: str, by: str | None = None, encryptor: Any = None
+    wal_path: str | LogStore,
+    escalation: str,
+    *,
+    note: str,
+    by: str | None = None,
+    encryptor: Any = None,
 ) -> EscalationView:
     """Ask recovery to try an escalated step again, once its cause is fixed.
 
@@ -100,14 +167,31 @@ def request_retry(
     """
     if not note or not note.strip():
         raise SagaUsageError("retrying an escalation needs a --note saying what was fixed")
-    fold, _ = fold_file(wal_path, encryptor)  # the whole log, without holding the lock
-    writer = open_writer(wal_path, encryptor=encryptor)
+    store = open_store(wal_path)
+    # Pass 1: the escalation alone, to learn its saga (and fail fast if it is not open).
+    queue = SagaFold(forget_terminal=True, remember_ended=False)
+    queue.feed(store.scan(decryptor=encryptor), only=_of_escalation(escalation))
+    first = next((e for e in queue.open_escalations() if e.escalation == escalation), None)
+    if first is None:
+        raise SagaUsageError(
+            f"no open escalation {escalation!r} in {store.display}; list them with "
+            "`agent-saga escalations`"
+        )
+    # Pass 2: that saga's records and the escalation's, as the full fold would see them.
+    saga_id, of_escalation = first.saga_id, _of_escalation(escalation)
+
+    def only(data: Mapping[str, Any]) -> bool:
+        return data.get("saga") == saga_id or of_escalation(data)
+
+    fold = SagaFold()
+    fold.feed(store.scan(decryptor=encryptor), only=only)  # without holding the lock
+    writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
-        fold.feed(x.read_from(fold.position))  # then only what was appended meanwhile
+        fold.feed(x.read_from(fold.position), only=only)  # then what was appended meanwhile
         found = {e.escalation: e for e in fold.open_escalations()}.get(escalation)
         if found is None:
             raise SagaUsageError(
-                f"no open escalation {escalation!r} in {wal_path}; list them with "
+                f"no open escalation {escalation!r} in {store.display}; list them with "
                 "`agent-saga escalations`"
             )
         view = fold.get(found.saga_id)

@@ -58,7 +58,7 @@ def resolve(
 
     note, by = _note_and_by(body, default_by)
     try:
-        e = resolve_escalation(index.path, escalation, note=note, by=by, encryptor=encryptor)
+        e = resolve_escalation(index.store, escalation, note=note, by=by, encryptor=encryptor)
     except SagaUsageError as exc:
         raise ApiError(409, str(redact(str(exc)))) from exc
     index.refresh()
@@ -84,7 +84,7 @@ def decide(
     note, by = _note_and_by(body, default_by)
     try:
         a = decide_approval(
-            index.path,
+            index.store,
             request,
             approve=decision == "approve",
             note=note,

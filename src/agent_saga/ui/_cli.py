@@ -52,12 +52,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         WALAuthenticationFailed: the key does not open the WAL.
         OSError: the address cannot be bound.
     """
+    from ..wal.store import open_store
     from ._server import UIServer
 
-    wal_path = str(args.wal_path or _config.default_wal_path())
+    store = open_store(str(args.wal_path or _config.default_wal_path()))
     token = args.token or _config.ui_token()
     server = UIServer(
-        wal_path,
+        store,
         host=args.host,
         port=args.port,
         token=token,
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         server.load()
         server.start_tailing()
         auth = "token required" if token else "no token: loopback only"
-        out.write(f"agent-saga ui: serving {wal_path} on {server.url} ({auth})\n")
+        out.write(f"agent-saga ui: serving {store.display} on {server.url} ({auth})\n")
         out.flush()
         with contextlib.suppress(KeyboardInterrupt):
             server.serve_forever()

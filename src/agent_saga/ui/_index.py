@@ -17,7 +17,6 @@ replaced it, and the index is rebuilt from offset 0.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -29,10 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..wal import records as R
-from ..wal.lease import LeaseTable
-from ..wal.reader import Damage, Decryptor, Record, scan
+from ..wal.reader import Damage, Decryptor, Record
 from ..wal.state import SagaFold, SagaView
-from ..wal.tail import data_end
+from ..wal.store import LogStore, open_store
 
 __all__ = [
     "STATUSES",
@@ -160,13 +158,20 @@ class WalIndex:
         decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``, on first use).
     """
 
-    def __init__(self, path: str, *, decryptor: Decryptor | None = None) -> None:
-        self.path = path
+    def __init__(self, path: str | LogStore, *, decryptor: Decryptor | None = None) -> None:
+        self._store = open_store(path)
+        self.path = self._store.display
+        self._clock_offset = 0.0  # the log's clock minus this host's, measured per refresh
         self._decryptor = decryptor
         self._lock = threading.RLock()
         self._details: OrderedDict[str, tuple[tuple[int, int], SagaDetail]] = OrderedDict()
         self._reset()
         self.stats.loading = True
+
+    @property
+    def store(self) -> LogStore:
+        """Where the log lives."""
+        return self._store
 
     # -- state --------------------------------------------------------------------
 
@@ -181,7 +186,7 @@ class WalIndex:
         self._damages: list[Damage] = []
         self._damage_count = 0
         self._torn: Damage | None = None
-        self._inode: int | None = None
+        self._inode: object = None
         self._offset = 0
         self._details.clear()
         self._status_cache: dict[str, str] = {}
@@ -206,24 +211,26 @@ class WalIndex:
             WALAuthenticationFailed: a record failed authentication (wrong key).
         """
         with self._lock:
-            try:
-                st = os.stat(self.path)
-            except FileNotFoundError:
+            identity = self._store.identity()
+            if identity is None:
                 if self._inode is not None:  # removed: start again when it reappears
                     rebuilds = self.stats.rebuilds + 1
                     self._reset()
                     self.stats.rebuilds = rebuilds
                 self.stats.loading = False
                 return 0
-            if self._inode is not None and (st.st_ino != self._inode or st.st_size < self._offset):
+            size = self._store.end()
+            if self._inode is not None and (identity != self._inode or size < self._offset):
                 rebuilds = self.stats.rebuilds + 1
                 self._reset()  # compacted: every offset moved
                 self.stats.rebuilds = rebuilds
-            self._inode = st.st_ino
-            self.stats.size = data_end(self.path)  # format 2: not its zeros
+            self._inode = identity
+            self.stats.size = size
+            if self._store.kind != "file":
+                self._clock_offset = self._store.now() - time.time()
             n = 0
             self._torn = None
-            items = scan(self.path, start=self._offset, decryptor=self._decryptor)
+            items = self._store.scan(self._offset, decryptor=self._decryptor)
             try:
                 for item in items:
                     if isinstance(item, Record):
@@ -397,7 +404,7 @@ class WalIndex:
         daemon's claim is unexpired, ``in_flight`` while the owner's lease is live
         (or, without an owner, for :data:`UNOWNED_GRACE_SECONDS`), else ``orphaned``.
         """
-        t = time.time() if now is None else now
+        t = time.time() + self._clock_offset if now is None else now
         if s.outcome is not None:
             with self._lock:
                 if self._status_generation != self.stats.generation:
@@ -412,7 +419,7 @@ class WalIndex:
         if claim is not None and claim.expires > t:
             return "recovering"
         if s.owner:
-            if not LeaseTable(self.path).is_expired(s.owner, t):
+            if not self._store.leases().is_expired(s.owner, t):
                 return "in_flight"
             return "orphaned"
         if s.last_ts is not None and t - s.last_ts < UNOWNED_GRACE_SECONDS:
@@ -474,10 +481,7 @@ class WalIndex:
                 first, last = s.first_offset, s.last_offset
                 escalations = frozenset(s.escalations)
             got = self._read_detail(saga_id, first, last, escalations)
-            try:
-                same_file = os.stat(self.path).st_ino == inode
-            except FileNotFoundError:
-                same_file = False
+            same_file = self._store.identity() == inode
             if not same_file:  # compacted while we read: offsets moved
                 self.refresh()
                 continue
@@ -497,7 +501,7 @@ class WalIndex:
         deltas: list[tuple[int | None, str | None, str]] = []
         damages: list[Damage] = []
         truncated = False
-        items = scan(self.path, start=first, decryptor=self._decryptor)
+        items = self._store.scan(first, decryptor=self._decryptor)
         try:
             for item in items:
                 if item.offset > last:

@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ..errors import SagaError, SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
+from ..wal.store import LogStore
 from . import _actions, _api
 from ._index import WalIndex
 
@@ -102,7 +103,7 @@ class UIServer:
     """The debugger server over one WAL.
 
     Args:
-        wal_path: The WAL file.
+        wal_path: The WAL: a file path, a ``postgresql://`` URL or a store.
         host: Address to bind (default 127.0.0.1).
         port: TCP port (0 picks a free one; see :attr:`url`).
         token: Required from every client when set. Needed for a non-loopback host.
@@ -116,7 +117,7 @@ class UIServer:
 
     def __init__(
         self,
-        wal_path: str,
+        wal_path: str | LogStore,
         *,
         host: str = "127.0.0.1",
         port: int = 8080,
@@ -182,8 +183,11 @@ class UIServer:
         from ..wal.encryption import encryptor_from_env
         from ..wal.tail import check_mode, read_mode
 
+        path = getattr(self.index.store, "path", None)
+        if path is None:
+            return  # not a file: its reader checks the key on the first sealed record
         try:
-            fd = os.open(self.index.path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return
         try:

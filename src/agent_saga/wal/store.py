@@ -39,6 +39,7 @@ __all__ = [
     "LogWriter",
     "RevokingLeases",
     "is_url",
+    "open_log_writer",
     "open_store",
     "redact_location",
 ]
@@ -204,6 +205,10 @@ class LogStore(Protocol):
         """Every record and damaged region at or after cursor ``start``, in log order."""
         ...
 
+    def end(self) -> int:
+        """The cursor after the last record now in the log (0 when missing or empty)."""
+        ...
+
     def identity(self) -> Hashable | None:
         """A token that changes when the log is replaced (compaction); None when missing.
 
@@ -273,6 +278,16 @@ class FileStore:
 
         return scan(self.path, start=start, decryptor=decryptor)
 
+    def end(self) -> int:
+        """Where the next append lands: the end of the file's data.
+
+        The file's size for format 1; for a preallocated log (format 2) the end of
+        its frames, never of its zeros (``docs/log-format.md`` §11.2).
+        """
+        from .tail import data_end
+
+        return data_end(self.path)
+
     def identity(self) -> Hashable | None:
         """The file's ``(device, inode)``: compaction renames a new file over the path."""
         try:
@@ -330,16 +345,9 @@ def open_store(location: str | os.PathLike[str] | LogStore) -> LogStore:
     if not isinstance(text, str):
         raise SagaUsageError("a WAL location must be text, not bytes")
     if text.lower().startswith(_PG_SCHEMES):
-        import importlib
+        from .pg import open_pg_store  # psycopg is imported only here (extra 'postgres')
 
-        try:
-            pg = importlib.import_module("agent_saga.wal.pg")
-        except ModuleNotFoundError as exc:
-            raise SagaUsageError(
-                "a postgresql:// WAL location needs the PostgreSQL log backend, which this "
-                "installation does not have"
-            ) from exc
-        store: LogStore = pg.open_pg_store(text)
+        store: LogStore = open_pg_store(text)
         return store
     if is_url(text):
         scheme = text.split("://", 1)[0]
@@ -348,3 +356,29 @@ def open_store(location: str | os.PathLike[str] | LogStore) -> LogStore:
             f"WAL location {scheme}://...: only file paths and postgresql:// URLs are supported"
         )
     return FileStore(text)
+
+
+def open_log_writer(
+    location: str | os.PathLike[str],
+    *,
+    encryptor: Encryptor | None = None,
+    lease_seconds: float = 30.0,
+) -> Any:
+    """This process's shared writer for ``location`` (what a saga's first record opens).
+
+    The same as ``open_store(location).writer(...)``, without building a store for a
+    file path (this runs once per saga).
+
+    Args:
+        location: A file path or a ``postgresql://`` URL.
+        encryptor: Seals every record (default: ``AGENT_SAGA_WAL_KEY``).
+        lease_seconds: The writer's lease duration.
+
+    Returns:
+        A :class:`LogWriter`.
+    """
+    if isinstance(location, str) and not is_url(location):
+        from .writer import open_writer
+
+        return open_writer(location, encryptor=encryptor, lease_seconds=lease_seconds)
+    return open_store(location).writer(encryptor=encryptor, lease_seconds=lease_seconds)

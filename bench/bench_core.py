@@ -42,8 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from _floor import Floors, best_floor
 from _cases import hot_path, hot_table, hot_targets
+from _floor import Floors, best_floor
 from _peers import run_sqlite
 from _stats import gc_paused, monotonic_deadline, summarise
 

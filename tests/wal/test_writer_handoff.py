@@ -36,6 +36,7 @@ class StallIO(WriterIO):
         self.in_fsync = threading.Event()
         self.fail_next = False
         self.fsync = self._fsync
+        self.fdatasync = self._fsync  # the sync of a preallocated (format 2) log
 
     def _fsync(self, fd: int) -> None:
         self.in_fsync.set()

@@ -5,6 +5,7 @@ Subcommands::
     agent-saga runs --wal-path P [--status S] [--json]
     agent-saga wal verify --wal-path P [--json]
     agent-saga wal encrypt --wal-path P     (with AGENT_SAGA_WAL_KEY set)
+    agent-saga db migrate --wal-path postgresql://...
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
                            [--force] [--json]
     agent-saga escalations --wal-path P [--all] [--json]
@@ -331,6 +332,31 @@ def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+# ---- db migrate ---------------------------------------------------------------------
+
+
+def _cmd_db_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    location = str(args.wal_path or _config.default_wal_path())
+    store = open_store(location)
+    migrate: Callable[[], Any] | None = getattr(store, "migrate", None)
+    if migrate is None:
+        raise SagaUsageError(
+            f"db migrate sets up a database log; {store.display} is a {store.kind} log, "
+            "which needs no schema (give --wal-path postgresql://...)"
+        )
+    report = migrate()
+    if report.changed:
+        out.write(
+            f"{report.location}: schema {report.schema} migrated from version "
+            f"{report.before} to {report.after}\n"
+        )
+    else:
+        out.write(
+            f"{report.location}: schema {report.schema} is up to date (version {report.after})\n"
+        )
+    return EXIT_OK
+
+
 # ---- escalations -------------------------------------------------------------------
 
 
@@ -527,6 +553,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_wal_path(encrypt)
     encrypt.set_defaults(handler=_cmd_encrypt)
+
+    db = sub.add_parser("db", help="manage a database log (postgresql:// WAL locations)")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    migrate = db_sub.add_parser(
+        "migrate",
+        help="create or upgrade the log schema (idempotent; safe to run on every deploy)",
+        description="Create or upgrade the agent-saga log schema at a postgresql:// "
+        "WAL location and record its version. Running it again changes nothing.",
+    )
+    migrate.add_argument(
+        "--wal-path",
+        dest="wal_path",
+        default=None,
+        metavar="URL",
+        help="the postgresql:// log (default: $AGENT_SAGA_WAL_PATH)",
+    )
+    migrate.set_defaults(handler=_cmd_db_migrate)
 
     esc = sub.add_parser("escalations", help="list the human queue, or resolve an item")
     _add_wal_path(esc)

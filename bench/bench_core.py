@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from _cases import hot_path, hot_table, hot_targets
 from _peers import run_sqlite
 from _stats import gc_paused, monotonic_deadline, summarise
 
@@ -712,6 +713,7 @@ def table(result: dict[str, Any]) -> str:
             f"{db['one_step_workflow']['p50_ms']:.3f} ms  agent-saga/dbos = {db['ratio']:.2f} "
             f"({db['speedup']:.1f}x faster)"
         )
+    lines.append(hot_table(result["durable"]["hot_path"]))
     lines += ["", "targets (docs/performance.md)"]
     for row in result["targets"]:
         verdict = {True: "PASS", False: "MISS", None: "SKIP"}[row["pass"]]
@@ -746,6 +748,9 @@ def run(p: Params, directory: str, progress: Callable[[str], None] = _log) -> di
     result["fast"] = asyncio.run(_fast(p))
     progress("durable …")
     result["durable"] = _durable(p, directory)
+    progress("hot path …")
+    hot = result["durable"]["hot_path"] = hot_path(directory, p is QUICK)
+    hot["targets"] = hot_targets(hot)
     progress("concurrency …")
     result["concurrency"] = _concurrency(p, directory)
     progress("peers …")
@@ -765,6 +770,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="where the WALs go (default: a temp dir under the CWD)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark directory")
+    parser.add_argument(
+        "--pg",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="URL",
+        help="also the PostgreSQL grid of bench/_pg.py (agent-saga vs DBOS) on URL, or on "
+        "a throw-away server when no URL is given",
+    )
     parser.add_argument("--child-level", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_level:
@@ -774,10 +788,20 @@ def main(argv: list[str] | None = None) -> int:
     directory, created = choose_directory(args.dir)
     try:
         result = run(QUICK if args.quick else FULL, directory)
+        if args.pg is not None:
+            import _pg
+
+            _log("postgresql grid (bench/_pg.py) …")
+            quick = {"seconds": 0.5, "levels": (1, 16), "processes": (1, 2)} if args.quick else {}
+            result["pg"] = _pg.run(args.pg or None, directory=directory, **quick)
     finally:
         if created and not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
     text = table(result)
+    if "pg" in result:
+        import _pg
+
+        text += "\n\npostgresql (bench/_pg.py)\n" + _pg.table(result["pg"])
     if args.json:
         print(text, file=sys.stderr)
         sys.stdout.write(json.dumps(result) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -36,6 +37,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 SERVICE_HINTS: dict[str, str] = {
     "AGENT_SAGA_TEST_PG": "run `make test`, or `.venv/bin/python scripts/testenv run --only "
     "postgres -- .venv/bin/python -m pytest`, which start PostgreSQL on 127.0.0.1",
+    "AGENT_SAGA_TEST_REDIS": "run `make test`, or `.venv/bin/python scripts/testenv run --only "
+    "redis -- .venv/bin/python -m pytest`, which start redis-server on 127.0.0.1 (Debian "
+    "package redis-server)",
     "AGENT_SAGA_TEST_CHROMIUM": "install Debian's chromium (`apt-get install -y chromium`) and "
     "set it to the executable's path, or run `make test`",
 }
@@ -57,3 +61,53 @@ def service() -> Callable[[str], str]:
         return value
 
     return get
+
+
+# ---- the log backends: the contract tests run on a file and on PostgreSQL ------------
+
+
+@pytest.fixture(scope="session")
+def pg_log_database() -> Iterator[str]:
+    """A PostgreSQL database of its own for this session's logs, migrated, dropped after.
+
+    Skips with the hint outside CI, fails under ``CI=true`` (as the ``service``
+    fixture does) when ``AGENT_SAGA_TEST_PG`` is not set.
+    """
+    server = os.environ.get("AGENT_SAGA_TEST_PG")
+    if not server:
+        pytest.skip(f"AGENT_SAGA_TEST_PG is not set: {SERVICE_HINTS['AGENT_SAGA_TEST_PG']}")
+    import uuid
+
+    import psycopg
+
+    from agent_saga.wal.pg import migrate
+
+    name = f"t_logs_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = server.rpartition("/")
+    url = f"{base}/{name}"
+    migrate(url)
+    yield url
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def fresh_pg_log(database: str) -> str:
+    """The URL of a new, empty log (its own ``agent_saga_log`` name) in ``database``."""
+    import uuid
+
+    sep = "&" if "?" in database else "?"
+    return f"{database}{sep}agent_saga_log=t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["file", "postgresql"])
+def wal_location(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A WAL location on each backend: a file path, then a fresh PostgreSQL log URL.
+
+    Tests taking it run twice and must pass on both (the log's contract, not a
+    backend's detail); ``request.param`` says which one runs.
+    """
+    if request.param == "file":
+        return str(tmp_path / "contract.wal")
+    return fresh_pg_log(request.getfixturevalue("pg_log_database"))

@@ -26,7 +26,7 @@ from types import FrameType
 from _base import Service, ServiceUnavailable, apt_install
 
 #: Service modules next to this file, in start order. Each defines ``SERVICE``.
-SERVICES: tuple[str, ...] = ("postgres", "chromium")
+SERVICES: tuple[str, ...] = ("postgres", "redis", "chromium")
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_WAL_PATH",
     "decode_key",
     "default_wal_path",
+    "redis_password",
     "stripe_api_base",
     "ui_token",
     "wal_key",
@@ -66,3 +67,12 @@ def ui_token() -> str | None:
 def stripe_api_base() -> str | None:
     """Return ``STRIPE_API_BASE`` if set and non-empty (the Stripe connector's endpoint)."""
     return os.environ.get("STRIPE_API_BASE") or None
+
+
+def redis_password() -> str | None:
+    """Return ``REDISCLI_AUTH`` if set and non-empty: the Redis lock's password.
+
+    The same variable ``redis-cli`` reads; it keeps the password out of URLs, shell
+    history and ``ps``.
+    """
+    return os.environ.get("REDISCLI_AUTH") or None

@@ -27,7 +27,7 @@ from ._runtime import (
     shielded,
     sigint_deferred,
 )
-from ._tools import ToolSpec, plain_defaults
+from ._tools import ToolSpec, plain_defaults, plain_parameters
 from ._types import ActionSemantics, RetryPolicy
 from .errors import CompensationFailed, LeaseLost, NoActiveSaga, OutcomeUnknown, SagaUsageError
 from .gate import Approver, Policy
@@ -102,6 +102,7 @@ def _make_spec(
         signature=signature,
         wants_idempotency_key=accepts_keyword(fn, "idempotency_key"),
         plain_defaults=plain_defaults(signature),
+        plain_params=plain_parameters(signature),
     )
 
 

@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -107,6 +106,29 @@ class SagaOptions:
             raise SagaUsageError("compensation_retry must be a RetryPolicy")
 
 
+_ID_BATCH = 64
+_id_pool: list[str] = []
+_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
+
+
+def _new_saga_id() -> str:
+    """A random id in ``uuid4().hex`` form, from pooled ``os.urandom`` bytes.
+
+    ``uuid.uuid4()`` reads the kernel's random source and builds a ``UUID`` object
+    for every saga (~3 µs); one read serves 64 ids here. The pool is emptied in a
+    forked child, which must never hand out its parent's ids.
+    """
+    if not _id_pool:
+        raw = os.urandom(16 * _ID_BATCH).hex()
+        _id_pool.extend(raw[i : i + 32] for i in range(0, len(raw), 32))
+    h = _id_pool.pop()
+    # RFC 4122 version 4, variant 10: the same bits uuid.UUID(version=4) sets.
+    return f"{h[:12]}4{h[13:16]}{_VARIANT[h[16]]}{h[17:]}"
+
+
+os.register_at_fork(after_in_child=_id_pool.clear)
+
+
 def _plain_name(name: str) -> bool:
     # Most names are short identifiers; skip the scanner for them (hot path).
     return len(name) < 16 or (name.isascii() and name.replace("-", "_").isidentifier())
@@ -133,7 +155,7 @@ class Run:
     )
 
     def __init__(self, options: SagaOptions, name: str) -> None:
-        self.id = uuid.uuid4().hex
+        self.id = _new_saga_id()
         # The name is logged (saga_begin, approval requests) and shown everywhere: a
         # credential pasted into it is redacted, not refused (it only describes).
         self.name = name if _plain_name(name) else str(redact(name))

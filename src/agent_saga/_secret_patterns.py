@@ -264,21 +264,180 @@ _VALIDATE: Final[dict[str, Callable[[str], bool]]] = {
 }
 
 
-def _next_shape(text: str, pos: int) -> tuple[str, re.Match[str], int] | None:
-    """The first validated shape match whose anchor is at or after ``pos``.
+def _verify_at(text: str, at: int) -> tuple[str, re.Match[str]] | None:
+    """The validated shape whose anchor starts at ``at``, as the scan judges it, or None.
 
-    Returns ``(shape name, match, anchor position)``, or None.
+    The first anchor alternative matching at ``at`` names the one shape tried there
+    (Anthropic before OpenAI); its regex and validator decide.
+    """
+    anchor = _ANCHOR_RX.match(text, at)
+    if anchor is None:
+        return None
+    name = _ANCHOR_OWNER[anchor.lastgroup or ""]
+    m = _SHAPE_RX[name].match(text, at + _OFFSET.get(name, 0))
+    if m is not None:
+        check = _VALIDATE.get(name)
+        if check is None or check(m.group()):
+            return name, m
+    return None
+
+
+def _next_shape_full(text: str, pos: int) -> tuple[str, re.Match[str], int] | None:
+    """The first validated shape match whose anchor is at or after ``pos`` (full scan).
+
+    Returns ``(shape name, match, anchor position)``, or None. This is the reference
+    the trigger prefilter below must agree with, verdict for verdict.
     """
     while (found := _ANCHOR_FAST.search(text, pos)) is not None:
         at = found.start()
-        anchor = _ANCHOR_RX.match(text, at)  # cannot fail: same alternatives, grouped
-        name = _ANCHOR_OWNER[anchor.lastgroup or ""] if anchor is not None else ""
-        m = _SHAPE_RX[name].match(text, at + _OFFSET.get(name, 0)) if name else None
-        if m is not None:
-            check = _VALIDATE.get(name)
-            if check is None or check(m.group()):
-                return name, m, at
+        hit = _verify_at(text, at)
+        if hit is not None:
+            return hit[0], hit[1], at
         pos = at + 1
+    return None
+
+
+# ------------------------------------------------------------- the trigger prefilter
+#
+# ``_ANCHOR_FAST`` costs ~20 ns per character on long strings: its first characters
+# (s, r, p, a, x ...) are common, so sre tries a branch at most positions. sre is
+# fast (a tight loop, ~0.4 ns a character) only for a pattern that starts with one
+# literal character, and ``c in text`` (memchr) is nearly free. So each anchor is
+# re-expressed around one *trigger* character, preferably a rare one ("_" of
+# "sk_live_", "J" of "eyJ"): ``trigger(?=what follows)(?<=what precedes + trigger)``.
+# One regex per trigger character, skipped at once when the character is absent,
+# finds every position where an anchor *could* start; each is then judged by
+# ``_verify_at``, exactly as the full scan judges it. Soundness needs only that every
+# position where some shape validates is proposed; extra positions cost a little time
+# and change nothing. tests/test_secret_prefilter.py proves equal verdicts with
+# hypothesis on random and adversarial strings.
+#
+# (trigger, fixed-width regex of the anchor before it, lookahead after it). The
+# lookaheads hold only what the shape's own regex requires (``\s*=`` after a
+# connection-string word, ``\s`` after Bearer/Basic, ``user:pw@`` after "://").
+
+
+def _word_triggers(words: tuple[str, ...], after: str, prefer: str) -> list[tuple[str, str, str]]:
+    """Trigger entries for keyword anchors: the first character of ``prefer`` in each."""
+    out: list[tuple[str, str, str]] = []
+    for escaped in words:
+        word = escaped.replace("\\", "")  # _cases() escapes; these words are plain letters
+        i = min(word.find(c) for c in prefer if c in word)
+        out.append((word[i], word[:i], word[i + 1 :] + after))
+    return out
+
+
+_TRIGGER_TABLE: Final[tuple[tuple[str, str, str], ...]] = (
+    ("B", "-----", "EGIN"),  # pem
+    ("_", "[sr]k", "(?:live|test)_"),  # stripe_sk, stripe_rk
+    ("_", "whsec", ""),  # stripe_wh
+    ("-", "sk", ""),  # anthropic ("sk-ant-"), openai
+    ("_", "gh[pousr]", ""),  # github
+    ("_", "github", "pat_"),  # github
+    ("-", "xox[abposr]", ""),  # slack
+    ("-", "xapp", ""),  # slack
+    (".", "hooks", r"slack\.com/"),  # slack_hook
+    ("I", "A[KS]", "A"),  # aws_id
+    ("I", "A", "za"),  # google_key
+    ("-", "GOCSPX", ""),  # google_secret
+    (".", "ya29", ""),  # google_token
+    ("-", "glpat", ""),  # gitlab
+    ("-", "glptt", ""),  # gitlab
+    ("-", "gl[rd]t", ""),  # gitlab
+    ("K", "S", "[0-9a-fA-F]"),  # twilio
+    (".", "SG", ""),  # sendgrid
+    ("_", "npm", ""),  # npm
+    ("-", "pypi", "AgEI"),  # pypi
+    ("_", "hf", ""),  # huggingface
+    ("J", "ey", ""),  # jwt
+    (":", "", r"//[^/\s:@]*:[^/\s@]+@"),  # url: "scheme://user:password@"
+    *_word_triggers(_CONN_WORDS, r"\s*=", "wWkK"),  # conn
+    *_word_triggers(_BEARER, r"\s", "bB"),  # bearer
+    *_word_triggers(_BASIC, r"\s", "bB"),  # basic
+)
+
+#: A trigger regex whose every alternative also needs this character elsewhere in the
+#: text is skipped when it is absent (connection strings need "=", URLs "@", JWTs ".").
+_TRIGGER_NEEDS: Final[dict[str, str]] = {"w": "=", "W": "=", "k": "=", ":": "@", "J": "."}
+
+
+def _units(fragment: str) -> list[str]:
+    """Split a fragment made of literals, ``\\x`` escapes and ``[...]`` classes into units."""
+    units: list[str] = []
+    i = 0
+    while i < len(fragment):
+        if fragment[i] == "[":
+            end = fragment.index("]", i) + 1
+        else:
+            end = i + (2 if fragment[i] == "\\" else 1)
+        units.append(fragment[i:end])
+        i = end
+    return units
+
+
+def _one_char_class(units: list[str]) -> str:
+    """One character class matching any of ``units`` (each a literal or a class)."""
+    return "[" + "".join(u[1:-1] if u.startswith("[") else re.escape(u) for u in units) + "]"
+
+
+def _compile_triggers() -> tuple[tuple[str, str, re.Pattern[str], tuple[int, ...]], ...]:
+    by_trigger: dict[str, list[tuple[str, str]]] = {}
+    for trigger, before, after in _TRIGGER_TABLE:
+        by_trigger.setdefault(trigger, []).append((before, after))
+    out = []
+    for trigger, entries in by_trigger.items():
+        t = re.escape(trigger)
+        alternatives = []
+        for before, after in entries:
+            ahead = f"(?={after})" if after else ""
+            behind = f"(?<={before}{t})" if before else ""
+            alternatives.append(ahead + behind)
+        # A one-character look-behind shared by every alternative rejects most
+        # occurrences of a common trigger ("w", "-") before any alternative is tried.
+        quick = ""
+        if all(before for before, _ in entries):
+            quick = f"(?<={_one_char_class([_units(b)[-1] for b, _ in entries])}{t})"
+        rx = re.compile(t + quick + "(?:" + "|".join(alternatives) + ")")
+        widths = tuple(sorted({len(_units(before)) for before, _ in entries}))
+        out.append((trigger, _TRIGGER_NEEDS.get(trigger, ""), rx, widths))
+    return tuple(out)
+
+
+_TRIGGERS: Final = _compile_triggers()
+
+#: Strings at least this long go through the trigger prefilter; shorter ones are
+#: cheaper to scan with ``_ANCHOR_FAST`` at once (one regex call instead of a dozen
+#: ``in`` tests).
+_PREFILTER_MIN: Final = 512
+
+
+def _candidates(text: str) -> list[int]:
+    """Every position where an anchor of a shape that could validate may start, sorted."""
+    found: set[int] = set()
+    for trigger, needs, rx, widths in _TRIGGERS:
+        if trigger not in text or (needs and needs not in text):
+            continue
+        for m in rx.finditer(text):
+            q = m.start()
+            for w in widths:
+                if q >= w:
+                    found.add(q - w)
+    return sorted(found)
+
+
+def _next_shape(text: str, pos: int) -> tuple[str, re.Match[str], int] | None:
+    """The first validated shape match whose anchor is at or after ``pos``.
+
+    Returns ``(shape name, match, anchor position)``, or None — the same answer as
+    :func:`_next_shape_full`, found through the trigger prefilter on long strings.
+    """
+    if len(text) < _PREFILTER_MIN:
+        return _next_shape_full(text, pos)
+    for at in _candidates(text):
+        if at >= pos:
+            hit = _verify_at(text, at)
+            if hit is not None:
+                return hit[0], hit[1], at
     return None
 
 
@@ -286,8 +445,14 @@ def _shape_matches(text: str) -> list[tuple[str, re.Match[str]]]:
     """Every validated, non-overlapping ``(shape name, match)`` in ``text``, in order."""
     found: list[tuple[str, re.Match[str]]] = []
     pos = 0
-    while (hit := _next_shape(text, pos)) is not None:
-        name, m, at = hit
+    if len(text) >= _PREFILTER_MIN:
+        for at in _candidates(text):
+            if at >= pos and (hit := _verify_at(text, at)) is not None:
+                found.append(hit)
+                pos = max(hit[1].end(), at + 1)
+        return found
+    while (hit3 := _next_shape_full(text, pos)) is not None:
+        name, m, at = hit3
         found.append((name, m))
         pos = max(m.end(), at + 1)
     return found
@@ -295,8 +460,8 @@ def _shape_matches(text: str) -> list[tuple[str, re.Match[str]]]:
 
 def _shape_kind(text: str) -> str | None:
     """The kind of the first credential-shaped substring of ``text``, or None."""
-    if _ANCHOR_FAST.search(text) is None:
-        return None  # the fast path: nearly every ordinary string ends here
+    if len(text) < _PREFILTER_MIN and _ANCHOR_FAST.search(text) is None:
+        return None  # the fast path: nearly every ordinary short string ends here
     hit = _next_shape(text, 0)
     return None if hit is None else _KIND[hit[0]]
 

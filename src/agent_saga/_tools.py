@@ -10,7 +10,7 @@ from typing import Any
 
 from ._types import ActionSemantics, RetryPolicy
 
-__all__ = ["ToolSpec", "plain_defaults"]
+__all__ = ["ToolSpec", "plain_defaults", "plain_parameters"]
 
 _CANCELLATION = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
 
@@ -41,6 +41,9 @@ class ToolSpec:
             the engine passes the step's deterministic key there.
         plain_defaults: Default values by name when the signature has no variadic
             parameters (lets keyword calls be logged without ``Signature.bind``).
+        plain_params: ``(parameter names in order, how many may be given
+            positionally)`` when every parameter is positional-or-keyword or
+            keyword-only (lets positional calls be logged without ``Signature.bind``).
     """
 
     name: str
@@ -57,6 +60,7 @@ class ToolSpec:
     signature: inspect.Signature | None = None
     wants_idempotency_key: bool = False
     plain_defaults: dict[str, Any] | None = None
+    plain_params: tuple[tuple[str, ...], int] | None = None
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Return the call's arguments by parameter name, defaults applied.
@@ -72,6 +76,10 @@ class ToolSpec:
             if self.wants_idempotency_key and "idempotency_key" not in kwargs:
                 fast.pop("idempotency_key", None)
             return fast
+        if self.plain_params is not None and self.plain_defaults is not None:
+            bound_fast = self._bind_positional(args, kwargs, *self.plain_params)
+            if bound_fast is not None:
+                return bound_fast
         try:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError:
@@ -88,6 +96,37 @@ class ToolSpec:
                 out[pname] = list(value)
             else:
                 out[pname] = value
+        return out
+
+    def _bind_positional(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...], npos: int
+    ) -> dict[str, Any] | None:
+        """``bind_partial`` + ``apply_defaults`` for plain signatures; None: use bind.
+
+        Gives the same mapping, in the same (parameter) order, as the general path; a
+        call that path would reject (too many positionals, a name given twice, an
+        unknown keyword) returns None so that it decides.
+        """
+        if len(args) > npos:
+            return None
+        defaults = self.plain_defaults or {}
+        out: dict[str, Any] = {}
+        used = 0
+        nargs = len(args)
+        for i, pname in enumerate(names):
+            if i < nargs:
+                if pname in kwargs:
+                    return None
+                out[pname] = args[i]
+            elif pname in kwargs:
+                out[pname] = kwargs[pname]
+                used += 1
+            elif pname in defaults:
+                out[pname] = defaults[pname]
+        if used != len(kwargs):
+            return None
+        if self.wants_idempotency_key and "idempotency_key" not in kwargs:
+            out.pop("idempotency_key", None)
         return out
 
     def is_no_effect(self, exc: BaseException) -> bool:
@@ -121,3 +160,22 @@ def plain_defaults(signature: inspect.Signature | None) -> dict[str, Any] | None
         if param.default is not inspect.Parameter.empty:
             out[name] = param.default
     return out
+
+
+def plain_parameters(signature: inspect.Signature | None) -> tuple[tuple[str, ...], int] | None:
+    """``(names, positional count)`` when every parameter is plain, else None.
+
+    Plain: positional-or-keyword (all before any keyword-only) or keyword-only; a
+    positional-only or variadic parameter leaves the call to ``Signature.bind``.
+    """
+    if signature is None:
+        return None
+    names: list[str] = []
+    npos = 0
+    for name, param in signature.parameters.items():
+        if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            npos += 1
+        elif param.kind is not inspect.Parameter.KEYWORD_ONLY:
+            return None
+        names.append(name)
+    return tuple(names), npos

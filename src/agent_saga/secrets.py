@@ -16,7 +16,9 @@ key-name rules and their compiled regexes live in ``agent_saga._secret_patterns`
   Hugging Face, JWTs, PEM private keys, ``Bearer``/``Basic`` values, passwords in
   connection strings and URLs). A single prefilter regex made of the formats'
   literal anchors (``sk_live_``, ``eyJ``, ``://`` ...) runs first and clears almost
-  every ordinary string; strings shorter than ``_MIN_SCAN_LEN`` skip even that.
+  every ordinary string; strings shorter than ``_MIN_SCAN_LEN`` skip even that, and
+  long strings take the trigger prefilter instead (one literal-prefix regex per rare
+  character, same verdicts: ``docs/secrets.md`` "Performance").
 * **by key** — any non-empty string under a secret-looking key (``password``,
   ``client_secret``, ``X-Api-Key``, ``dbPassword`` ...). Numbers and booleans under
   such keys are fine; so are keys that merely *mention* a secret word

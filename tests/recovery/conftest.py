@@ -95,9 +95,9 @@ class World:
 
     def wait_leases_expired(self, timeout: float = 15.0) -> None:
         """Block until every lease of the WAL has expired (dead owners)."""
-        from agent_saga.wal.lease import LeaseTable
+        from agent_saga.wal.store import open_store
 
-        table = LeaseTable(self.wal)
+        table = open_store(self.wal).leases()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             live = [
@@ -124,7 +124,18 @@ def _fast_retry() -> Any:
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+def wal_backend() -> str:
+    """The backend of the world's log: ``file`` here; contract modules parametrize it."""
+    return "file"
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wal_backend: str,
+    request: pytest.FixtureRequest,
+) -> Iterator[World]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")])
     for name in ("FORWARD_LEDGER", "CALLS_LEDGER", "EFFECTS_LEDGER", "UNDO_FAIL_STATE"):
@@ -138,7 +149,14 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
 
     register_handler("ledger.undo", ledger_handlers.undo)
     register_handler("ledger.resolve", ledger_handlers.resolve)
-    w = World(tmp_path, str(tmp_path / "agent.wal"), env)
+    wal = str(tmp_path / "agent.wal")
+    if wal_backend == "postgresql":
+        import uuid
+
+        # A fresh log in the session's migrated database (tests/conftest.py).
+        database = request.getfixturevalue("pg_log_database")
+        wal = f"{database}?agent_saga_log=t-{uuid.uuid4().hex[:12]}"
+    w = World(tmp_path, wal, env)
     yield w
     for d in w.daemons:
         d.close()

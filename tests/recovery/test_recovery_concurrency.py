@@ -17,6 +17,12 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(params=["file", "postgresql"])
+def wal_backend(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on a WAL file and on a PostgreSQL log (the same contract)."""
+    return str(request.param)
+
+
 def test_four_daemons_started_at_once_compensate_each_step_exactly_once(world):
     result = world.agent(items=["a", "b", "c"], sagas=6)
     assert result.returncode == -signal.SIGKILL, result.stderr

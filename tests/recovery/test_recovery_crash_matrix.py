@@ -10,6 +10,13 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture(params=["file", "postgresql"])
+def wal_backend(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on a WAL file and on a PostgreSQL log (the same contract)."""
+    return str(request.param)
+
+
 ITEMS = ["a", "b", "c"]
 
 # (crash point, skip, extra agent config, forward effects at death,

@@ -21,13 +21,13 @@ def _records(path: str | Path) -> list[dict[str, object]]:
     assert not [i for i in items if isinstance(i, Damage)]
     return [i.data for i in items if isinstance(i, Record) and not i.meta]
 
+
 def _write_in_background(w: WALWriter, record: dict[str, Any]) -> threading.Thread:
     """Submit ``record`` and have it written now (a submit alone waits for the next batch)."""
     w.submit(record)
     t = threading.Thread(target=w.flush, daemon=True)
     t.start()
     return t
-
 
 
 class GatedIO(WriterIO):

@@ -2,7 +2,7 @@
 
     saga-recoveryd --wal-path PATH [--import MODULE ...] [--once [--wait[=MAX]]]
                    [--interval S] [--claim-seconds S] [--retry-attempts N]
-                   [--retry-delay S]
+                   [--retry-delay S] [--lock URL]
     saga-recoveryd --version
 
 A saga is left alone while its owner's lease is live: 30 s by default
@@ -13,6 +13,10 @@ waits until those leases have expired, at most MAX seconds (default 120), then
 makes the pass.
 
 ``--import`` finds modules in the current directory first, as ``python -m`` does.
+
+``--lock redis://…`` / ``rediss://…`` / ``postgresql://…`` keeps daemons on several
+hosts off the same saga (default: a file lock beside the WAL, for one host); a lock
+server that is down makes the daemon skip sagas, never fail (docs/recovery.md, "Locks").
 
 Exit codes:
 
@@ -61,6 +65,7 @@ from .._types import RetryPolicy
 from ..errors import SagaError
 from ..wal.store import open_store
 from .daemon import RecoveryDaemon
+from .locks import lock_from_url
 
 __all__ = ["DEFAULT_WAIT_SECONDS", "main"]
 
@@ -141,6 +146,14 @@ def _parser() -> argparse.ArgumentParser:
         default=0.2,
         metavar="S",
         help="first backoff between attempts, seconds (default 0.2)",
+    )
+    p.add_argument(
+        "--lock",
+        default=None,
+        metavar="URL",
+        help="lock shared by daemons on several hosts: redis://host:port/db, rediss://… "
+        "or postgresql://… (password: REDISCLI_AUTH / PGPASSWORD or ~/.pgpass; default: "
+        "a file lock beside the WAL)",
     )
     return p
 
@@ -325,9 +338,11 @@ def _run_daemon(args: argparse.Namespace) -> int:
     if error is not None:
         print(error, file=sys.stderr)
         return EXIT_USAGE
+    lock = None if args.lock is None else lock_from_url(args.lock)
     events = _Events()
     daemon = RecoveryDaemon(
         store,
+        lock=lock,
         claim_seconds=args.claim_seconds,
         compensation_retry=RetryPolicy(
             attempts=args.retry_attempts, initial_delay=args.retry_delay
@@ -365,6 +380,9 @@ def _run_daemon(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         daemon.close()
+        close_lock = getattr(lock, "close", None)
+        if close_lock is not None:
+            close_lock()
 
 
 def _main(argv: Sequence[str] | None) -> int:

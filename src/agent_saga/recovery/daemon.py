@@ -3,8 +3,11 @@
 One pass (``RecoveryDaemon.run_once``):
 
 1. **Catch up**: read the WAL from where the last pass stopped (never the whole log
-   again) into a :class:`~agent_saga.wal.state.SagaFold` that forgets terminal
-   sagas, so memory grows with live sagas, not with the log.
+   again) into a bounded :class:`~agent_saga.wal.state.SagaFold`: it keeps live
+   sagas, open escalations and pending retries, and nothing of a saga once it ended
+   (not even its id), so memory follows what is still to do, not the log. A late
+   record of a finished saga is recognised without its id (see ``wal/state.py``):
+   it is never a saga to recover.
 2. For every saga without ``saga_end``: skip it while its owner's lease is live or
    another daemon's claim is unexpired; otherwise **claim** it — under the WAL's
    append lock, re-read the tail, re-check, revoke the owner's expired lease (which
@@ -42,7 +45,7 @@ from ..wal.reader import Damage, Record
 from ..wal.state import RetryView, SagaFold, SagaView, StepView
 from ..wal.store import LogStore, LogWriter, open_store
 from .liveness import Liveness, liveness
-from .locks import Lock
+from .locks import Lock, lock_holds
 
 __all__ = ["PassReport", "RecoveryDaemon"]
 
@@ -82,7 +85,9 @@ class RecoveryDaemon:
             :class:`~agent_saga.wal.store.LogStore`).
         claim_seconds: How long a claim lasts; it is renewed while work goes on.
         compensation_retry: Attempts and backoff per compensation before escalating.
-        lock: The lock backend (default: a :class:`FileLock` beside the WAL).
+        lock: The lock backend (default: a :class:`FileLock` beside the WAL). When it
+            has ``held(key, token)`` (a network lock), the grant is checked before
+            every compensation, as the claim is.
         encryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
         emit: Receives one dict per decision (default: JSON lines on stdout).
     """
@@ -97,15 +102,17 @@ class RecoveryDaemon:
         encryptor: Any = None,
         emit: Emit | None = None,
     ) -> None:
+        self._own_store = isinstance(wal_path, str | os.PathLike)
         self._store = open_store(wal_path)
         self.wal_path = getattr(self._store, "path", self._store.display)
         self.id = f"recoveryd-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.claim_seconds = claim_seconds
         self.retry = compensation_retry or RetryPolicy(attempts=3, initial_delay=0.2)
+        self._own_lock = lock is None
         self._lock = lock or self._store.recovery_lock()
         self._encryptor = encryptor
         self._emit_fn = emit or _json_line
-        self._fold = SagaFold(forget_terminal=True)
+        self._fold = _new_fold()
         self._offset = 0
         self._identity: object = None
         self._reported: set[int] = set()
@@ -135,9 +142,16 @@ class RecoveryDaemon:
         self._stop.set()
 
     def close(self) -> None:
-        """Close the daemon's writer."""
-        if self._writer is not None:
-            self._writer.close()
+        """Close the daemon's writer, the lock it made and the store's read sessions."""
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            owned_store = self._store if self._own_store else None
+            for owned in (self._lock if self._own_lock else None, owned_store):
+                close = getattr(owned, "close", None)
+                if callable(close):
+                    close()
 
     def _feed(self, items: Iterable[Record | Damage]) -> None:
         for item in items:
@@ -146,6 +160,7 @@ class RecoveryDaemon:
                 self._offset = item.end
                 self._report.records_read += 1
                 continue
+            self._fold.note_damage(item)
             if item.offset not in self._reported:
                 self._reported.add(item.offset)
                 self._report.damages += 1
@@ -168,7 +183,7 @@ class RecoveryDaemon:
         if identity is None:
             return
         if self._identity is not None and identity != self._identity:
-            self._fold = SagaFold(forget_terminal=True)
+            self._fold = _new_fold()
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
@@ -231,7 +246,7 @@ class RecoveryDaemon:
         try:
             fence = self._claim(saga_id)
             if fence is not None:
-                self._resolve(saga_id, fence)
+                self._resolve(saga_id, fence, lock_token)
         finally:
             self._lock.release(saga_id, lock_token)
 
@@ -333,7 +348,17 @@ class RecoveryDaemon:
                 return offset
         return None
 
-    def _resolve(self, saga_id: str, fence: int) -> None:
+    def _holds(self, saga_id: str, fence: int, lock_token: int) -> bool:
+        """Our claim stands and our lock grant too (a network lock can lose it)."""
+        if not self._still_ours(saga_id, fence):
+            self._emit("lost-claim", saga=saga_id, fence=fence)
+            return False
+        if not lock_holds(self._lock, saga_id, lock_token):
+            self._emit("lost-lock", saga=saga_id, fence=fence, lock_token=lock_token)
+            return False
+        return True
+
+    def _resolve(self, saga_id: str, fence: int, lock_token: int) -> None:
         view = self._fold.get(saga_id)
         assert view is not None
         escalated = bool(view.escalations)
@@ -349,13 +374,11 @@ class RecoveryDaemon:
         for step in pending:
             if self._stop.is_set():
                 return  # the claim expires; another pass finishes the saga
-            if not self._still_ours(saga_id, fence):
-                self._emit("lost-claim", saga=saga_id, fence=fence)
+            if not self._holds(saga_id, fence, lock_token):
                 return
             outcome = self._undo(saga_id, step, damaged_at)
             escalated = escalated or outcome == "escalated"
-        if not self._still_ours(saga_id, fence):
-            self._emit("lost-claim", saga=saga_id, fence=fence)
+        if not self._holds(saga_id, fence, lock_token):
             return
         outcome = "escalated" if escalated else "rolled_back"
         self.log().append(
@@ -405,6 +428,9 @@ class RecoveryDaemon:
                     "resolve this by hand",
                 )
                 return
+            if not lock_holds(self._lock, saga_id, token):
+                self._emit("lost-lock", saga=saga_id, lock_token=token)
+                return  # the retry stays pending: a later pass carries it out
             outcome = self._undo(saga_id, step, self._damaged(view))
             if outcome != "escalated":
                 self.log().append(
@@ -503,6 +529,11 @@ class RecoveryDaemon:
             **({"error": type(error).__name__} if error is not None else {}),
         )
         return outcome
+
+
+def _new_fold() -> SagaFold:
+    """The daemon's fold: bounded (no trace of a saga once it ended)."""
+    return SagaFold(forget_terminal=True, remember_ended=False)
 
 
 def _saga_detail(store: LogStore, saga_id: str, decryptor: Any) -> SagaView | None:

@@ -5,6 +5,13 @@ saves work; it is *not* what makes recovery correct. Correctness rests on the
 claim records (written under the WAL's append lock) and on deterministic
 recovery tokens: a compensation run twice, even after a lost lock, has the effect
 of running once.
+
+Network locks (``saga-recoveryd --lock URL``, :func:`lock_from_url`) live in their own
+modules, each behind its extra: :mod:`~agent_saga.recovery.locks_redis` (``redis://``,
+``rediss://``) and :mod:`~agent_saga.recovery.locks_pg` (``postgresql://``). A lock
+that can lose a grant while it is held (a Redis TTL that ran out, a PostgreSQL
+session that dropped) also has ``held(key, token) -> bool``; the daemon asks it
+before every compensation, the way it re-checks its claim.
 """
 
 from __future__ import annotations
@@ -17,8 +24,11 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["FileLock", "Lock", "MemoryLock"]
+from ..errors import SagaUsageError
+
+__all__ = ["FileLock", "Lock", "MemoryLock", "lock_from_url", "lock_holds", "redact_url"]
 
 
 class Lock(Protocol):
@@ -36,6 +46,74 @@ class Lock(Protocol):
         ...
 
 
+def lock_holds(lock: Lock, key: str, token: int) -> bool:
+    """Whether ``lock`` still holds the grant ``token`` on ``key``.
+
+    Asks the lock's optional ``held(key, token)``; a lock without it (a grant that
+    cannot be lost while its holder lives, like :class:`FileLock`) holds until
+    released.
+    """
+    held: Callable[[str, int], bool] | None = getattr(lock, "held", None)
+    return True if held is None else bool(held(key, token))
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (userinfo and query) replaced by ``***``, for printing.
+
+    A string that does not parse as a URL is replaced whole: it may be a mistyped
+    URL with a password in it.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # an IPv6 literal
+        netloc = f"[{netloc}]"
+    if port is not None:
+        netloc = f"{netloc}:{port}"
+    if parts.username is not None or parts.password is not None:
+        user = parts.username or ""
+        netloc = f"{user}{':***' if parts.password is not None else ''}@{netloc}"
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def lock_from_url(url: str, *, timeout: float = 5.0) -> Lock:
+    """The network lock a ``saga-recoveryd --lock URL`` names.
+
+    Args:
+        url: ``redis://[user[:password]@]host[:port][/db]``, ``rediss://…`` (TLS) or
+            ``postgresql://…`` (a libpq URL; ``postgres://`` too). Passwords are best
+            kept out of the URL: ``REDISCLI_AUTH`` for Redis, libpq's ``PGPASSWORD`` /
+            ``~/.pgpass`` / service files for PostgreSQL.
+        timeout: Seconds allowed for every call to the lock's server.
+
+    Returns:
+        A :class:`~agent_saga.recovery.locks_redis.RedisLock` or a
+        :class:`~agent_saga.recovery.locks_pg.PgAdvisoryLock` (close it when done).
+
+    Raises:
+        SagaUsageError: another scheme, or a malformed URL (the message shows it
+            redacted); ``MissingExtra`` when the client package is not installed.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("redis", "rediss"):
+        from .locks_redis import RedisLock
+
+        return RedisLock(url, timeout=timeout)
+    if scheme in ("postgresql", "postgres"):
+        from .locks_pg import PgAdvisoryLock
+
+        return PgAdvisoryLock(url, timeout=timeout)
+    shown = redact_url(url) if scheme else "a value that is not a URL"
+    raise SagaUsageError(
+        f"--lock takes redis://host:port/db, rediss://… or postgresql://…, got {shown}; "
+        "leave it out for the default file lock beside the WAL"
+    )
+
+
 class FileLock:
     """The default lock: ``flock`` on one file per key in a directory.
 
@@ -50,7 +128,7 @@ class FileLock:
 
     def __init__(self, directory: str) -> None:
         self._dir = directory  # created on first use: a daemon pointed at no WAL leaves no trace
-        self._held: dict[str, int] = {}
+        self._held: dict[str, tuple[int, int]] = {}  # key -> (fd, token)
         self._guard = threading.Lock()
 
     def _file(self, key: str) -> str:
@@ -74,14 +152,21 @@ class FileLock:
             data = str(token).encode()
             os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
-            self._held[key] = fd
+            self._held[key] = (fd, token)
             return token
+
+    def held(self, key: str, token: int) -> bool:
+        """Whether this process holds ``key`` under ``token`` (a flock is never lost)."""
+        with self._guard:
+            grant = self._held.get(key)
+        return grant is not None and grant[1] == token
 
     def release(self, key: str, token: int) -> None:
         """Release ``key`` (the token is checked by the caller's records, not here)."""
         with self._guard:
-            fd = self._held.pop(key, None)
-        if fd is not None:
+            grant = self._held.pop(key, None)
+        if grant is not None:
+            fd = grant[0]
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -116,6 +201,12 @@ class MemoryLock:
             self._tokens[key] = token
             self._held[key] = (token, now + ttl)
             return token
+
+    def held(self, key: str, token: int) -> bool:
+        """Whether ``token`` is the current, unexpired grant on ``key``."""
+        with self._guard:
+            grant = self._held.get(key)
+            return grant is not None and grant[0] == token and grant[1] > self._clock()
 
     def release(self, key: str, token: int) -> None:
         """Release ``key`` if ``token`` is the current grant (a stale holder's is ignored)."""

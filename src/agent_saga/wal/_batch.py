@@ -52,6 +52,8 @@ class WriterStats:
         bytes_written: Bytes written in successful batches.
         failed_batches: Batches whose write or fsync failed, or that were fenced.
         tail_repairs: Torn tails this writer cut off before appending.
+        wakeups: Times the flusher thread was woken for a batch (a hand-off from
+            the caller's thread; fewer than ``batches`` when callers write their own).
     """
 
     records_written: int = 0
@@ -60,6 +62,7 @@ class WriterStats:
     bytes_written: int = 0
     failed_batches: int = 0
     tail_repairs: int = 0
+    wakeups: int = 0
 
 
 class _Batch:

@@ -39,7 +39,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
@@ -47,7 +47,7 @@ from typing import IO, TYPE_CHECKING, Final
 from ..errors import SagaUsageError, WALCorrupted, WALError
 from . import records as r
 from .lease import ProcessLock
-from .reader import Damage, scan
+from .reader import Damage, Record, scan
 from .snapshots import SnapshotStore, fsync_dir
 from .state import SagaFold
 
@@ -314,10 +314,21 @@ def _decide(
     now: float,
 ) -> _Plan:
     """Pass 1: fold ``[0, boundary)`` and decide which sagas to drop."""
+    return _decide_items(scan(path, decryptor=decryptor), boundary, retain_seconds, now)
+
+
+def _decide_items(
+    items: Iterable[Record | Damage], boundary: int, retain_seconds: float, now: float
+) -> _Plan:
+    """Fold the records before cursor ``boundary`` and decide which sagas to drop.
+
+    Shared by the file log and the PostgreSQL log (``wal/pg/_compact.py``): one set
+    of retention rules for both.
+    """
     fold = SagaFold(forget_terminal=True)
     esc_saga: dict[str, str] = {}
     records, damages = 0, []
-    for item in scan(path, decryptor=decryptor):
+    for item in items:
         if item.offset >= boundary:
             break
         if isinstance(item, Damage):

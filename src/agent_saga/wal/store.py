@@ -342,16 +342,9 @@ def open_store(location: str | os.PathLike[str] | LogStore) -> LogStore:
     if not isinstance(text, str):
         raise SagaUsageError("a WAL location must be text, not bytes")
     if text.lower().startswith(_PG_SCHEMES):
-        import importlib
+        from .pg import open_pg_store  # psycopg is imported only here (extra 'postgres')
 
-        try:
-            pg = importlib.import_module("agent_saga.wal.pg")
-        except ModuleNotFoundError as exc:
-            raise SagaUsageError(
-                "a postgresql:// WAL location needs the PostgreSQL log backend, which this "
-                "installation does not have"
-            ) from exc
-        store: LogStore = pg.open_pg_store(text)
+        store: LogStore = open_pg_store(text)
         return store
     if is_url(text):
         scheme = text.split("://", 1)[0]

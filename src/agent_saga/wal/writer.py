@@ -115,6 +115,15 @@ class WALWriter:
         self._current = _Batch()
         self._inflight: _Batch | None = None
         self._flusher_idle = False
+        # True once someone waits for the pending records (a waited append, a flush):
+        # only then is the flusher woken. Records that were only submitted (saga_begin)
+        # wait for the next batch instead of costing an fsync of their own.
+        self._wanted = False
+        # Event loops with a hand-off scheduled for their current iteration: waited
+        # records an event loop submits wake the flusher once per loop iteration, all
+        # together, instead of the first of them waking it alone (docs/log-format.md §4).
+        self._kicks: set[asyncio.AbstractEventLoop] = set()
+        self._loop_handoff = True
         # True while some thread (the flusher, or a sync caller leading a batch)
         # writes a batch: batches are written one at a time, in order.
         self._writing = False
@@ -233,9 +242,8 @@ class WALWriter:
             finally:
                 with self._lock:
                     self._writing = False
-                    if self._pending or self._closing:
-                        self._flusher_idle = False
-                        self._cond.notify()
+                    if self._flush_due_locked():
+                        self._wake_flusher_locked()
             if error is not None:
                 raise _fresh(error, self.path) from error.__cause__
             return
@@ -298,7 +306,7 @@ class WALWriter:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         try:
-            self._enqueue(data, fut, loop, block=False)
+            self._enqueue(data, fut, loop, block=False, kick=True)
         except WALFull:
             if not self._block:
                 raise
@@ -334,8 +342,10 @@ class WALWriter:
         fut: asyncio.Future[None] = loop.create_future()
         with self._lock:
             batch = self._current if self._pending else self._inflight
-            if self._pending and self._flusher_idle:
-                self._wake_flusher_locked()
+            if self._pending:
+                self._wanted = True
+                if self._flusher_idle:
+                    self._wake_flusher_locked()
             if batch is not None and not batch.done:
                 self._add_waiter(batch, fut, loop)
             else:
@@ -412,6 +422,7 @@ class WALWriter:
         block: bool = True,
         waited: bool = True,
         lead: bool = False,
+        kick: bool = False,
     ) -> _Batch:
         if self._defunct:
             raise SagaUsageError(
@@ -424,7 +435,9 @@ class WALWriter:
                 self._wait_for_room(block)
             self._pending.append(data)
             batch = self._current
-            if not waited:
+            if waited:
+                self._wanted = True
+            else:
                 batch.unwaited = True
             if fut is not None and loop is not None:
                 self._add_waiter(batch, fut, loop)
@@ -432,12 +445,32 @@ class WALWriter:
                 self._take_batch_locked()
                 batch.leader = threading.get_ident()
             elif self._flusher_idle and waited:
-                self._wake_flusher_locked()
+                if kick and loop is not None and self._loop_handoff:
+                    if loop not in self._kicks:
+                        self._kicks.add(loop)
+                        loop.call_soon(self._kick, loop)
+                else:
+                    self._wake_flusher_locked()
             return batch
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Runs on ``loop`` after the callbacks that were ready with the first record:
+        # every record they appended meanwhile goes to the flusher in this one wake-up.
+        with self._lock:
+            self._kicks.discard(loop)
+            if self._flusher_idle and not self._writing and self._flush_due_locked():
+                self._wake_flusher_locked()
 
     def _wake_flusher_locked(self) -> None:
         self._flusher_idle = False
+        self.stats.wakeups += 1
         self._cond.notify()
+
+    def _flush_due_locked(self) -> bool:
+        # Called holding self._lock: does the flusher have a batch to write now?
+        # Pending records are written once someone waits for them, a submitter waits
+        # for room, or the writer closes; never merely because they exist.
+        return bool(self._pending) and (self._wanted or self._blocked > 0 or self._closing)
 
     def _add_waiter(
         self, batch: _Batch, fut: asyncio.Future[None], loop: asyncio.AbstractEventLoop
@@ -462,6 +495,8 @@ class WALWriter:
             )
         deadline = time.monotonic() + self._block_timeout
         self._blocked += 1
+        if self._flusher_idle and not self._writing:
+            self._wake_flusher_locked()  # only-submitted records must make room now
         try:
             while len(self._pending) >= self._limit:
                 if self._closing or self._fenced:
@@ -491,6 +526,7 @@ class WALWriter:
     def _flush_target(self) -> _Batch | None:
         with self._lock:
             if self._pending:
+                self._wanted = True
                 if self._flusher_idle:
                     self._wake_flusher_locked()  # submitted records wait for no one else
                 return self._current
@@ -513,7 +549,7 @@ class WALWriter:
     def _run_flusher(self) -> None:
         while True:
             with self._lock:
-                while not self._pending or self._writing:
+                while self._writing or not self._flush_due_locked():
                     if self._closing and not self._pending and not self._writing:
                         return
                     self._flusher_idle = True
@@ -526,6 +562,7 @@ class WALWriter:
         # Called holding self._lock: the caller becomes the one writer of this batch.
         batch = self._current
         batch.frames, self._pending, self._current = self._pending, [], _Batch()
+        self._wanted = False
         self._inflight = batch
         self._writing = True
         if self._blocked:
@@ -586,9 +623,8 @@ class WALWriter:
             if batch.error is not None and batch.unwaited:
                 self._unreported = batch.error
             self._writing = False
-            if self._pending or self._closing:
-                self._flusher_idle = False
-                self._cond.notify()
+            if self._closing or self._flush_due_locked():
+                self._wake_flusher_locked()
         batch.event.set()
         if loops:
             for loop, futs in loops.items():

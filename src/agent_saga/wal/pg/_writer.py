@@ -1,0 +1,876 @@
+"""The PostgreSQL log writer: client-side group commit, leases on the database clock.
+
+One :class:`PgWriter` per (process, location), shared through :func:`open_pg_writer`.
+Callers encode their record (and seal it, with a key) in their own thread and
+enqueue it; one flusher thread takes everything queued and commits it as one
+statement, ``SELECT <schema>.append_batch(...)``, in its own autocommit transaction:
+
+1. ``UPDATE logs SET next_seq = next_seq + n`` allocates the batch's seqs and takes
+   the log row's lock, held until COMMIT: commit order is seq order, so a reader that
+   resumes after seq ``k`` never misses a row below ``k`` committed later;
+2. ``UPDATE leases ... WHERE state = 'live'`` renews this writer's lease and records
+   the batch id (a fresh snapshot, taken after the lock: a revocation, made holding
+   the same lock, is always seen; none found raises ``AS001`` -> ``LeaseLost``);
+3. ``INSERT`` the rows from two arrays (``unnest``): one round trip per batch.
+
+Every waiter of the batch is released after COMMIT returns, or gets the error. When
+the connection breaks during the statement the outcome is unknown: the flusher
+reconnects, makes sure the old session is gone (``pg_terminate_backend``), and reads
+the lease row's ``last_batch``: equal to the batch's id means committed (acknowledged),
+anything else means it is not in the log (``PgWriteFailed``). ``docs/log-format.md``
+§11.3 is the normative description.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from ..._crash import crashpoint
+from ...errors import LeaseLost, SagaUsageError, WALError, WALFull
+from .._batch import WriterStats, _Batch
+from ..format import Encryptor, encode_record
+from ..records import ESCALATED
+from ..tail import header_record
+from ._exclusive import PgExclusive
+from ._location import PgLocation, PgWriteFailed, app_name, psycopg_module
+from ._rows import LogRow, log_header_fields, read_log_row
+from ._schema import LEASE_LOST, NO_LOG, require_schema, sql
+
+__all__ = ["PgWriter", "open_pg_writer"]
+
+Backpressure = Literal["raise", "block"]
+_APPEND = "SELECT {s}.append_batch(%s, %s, %s, %s, %s, %b::text[], %b::bytea[])"
+
+
+def _fresh(err: BaseException) -> BaseException:
+    """A new exception per waiter (one shared instance would gather tracebacks)."""
+    if isinstance(err, LeaseLost):
+        return LeaseLost(str(err))
+    if isinstance(err, PgWriteFailed):
+        return PgWriteFailed(str(err), path=err.path, sqlstate=err.sqlstate, outcome=err.outcome)
+    return PgWriteFailed(str(err), path=getattr(err, "path", None))
+
+
+def _resolve_futures(futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
+    for f in futs:
+        if f.done():
+            continue
+        if err is None:
+            f.set_result(None)
+        else:
+            f.set_exception(_fresh(err))
+
+
+def saga_of(record: Mapping[str, Any]) -> str | None:
+    """The clear saga id stored beside a frame (``None`` for records of no saga)."""
+    saga = record.get("saga")
+    return saga if isinstance(saga, str) else None
+
+
+def open_log(conn: Any, loc: PgLocation, encryptor: Encryptor | None) -> LogRow:
+    """The log's row, created with its header when missing; the mode rule applied.
+
+    Raises:
+        WALKeyMissing, WALAuthenticationFailed, WALEncryptionMismatch: the mode rule
+            of ``docs/log-format.md`` §1 refuses this writer (nothing was written).
+    """
+    from ..tail import check_mode
+
+    row = read_log_row(conn, loc)
+    if row is None:
+        frame = header_record(encryptor)
+        fields = log_header_fields(frame)
+        conn.execute(
+            sql(
+                loc,
+                "INSERT INTO {s}.logs (name, log_id, header, encrypted, key_id, key_check) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING",
+            ),
+            (
+                loc.log,
+                fields["log"],
+                frame,
+                fields.get("encryption") is not None,
+                fields.get("key_id"),
+                fields.get("key_check"),
+            ),
+        )
+        row = read_log_row(conn, loc)
+        assert row is not None
+    check_mode(row.mode(), encryptor, loc.display)
+    return row
+
+
+class PgWriter:
+    """Appends records to one PostgreSQL log with group commit. Use :func:`open_pg_writer`.
+
+    Args:
+        loc: The parsed location.
+        encryptor: Seals every record; default: the ``AGENT_SAGA_WAL_KEY`` key if set.
+        lease_seconds: Lease duration on the database's clock; renewed every third
+            of it by a daemon thread, and by every batch.
+        queue_limit: Most records waiting before backpressure applies.
+        backpressure: ``"raise"`` (``WALFull`` at once) or ``"block"`` (wait up to
+            ``block_timeout`` seconds, then ``WALFull``). Nothing is ever dropped.
+        block_timeout: Seconds ``"block"`` waits for room.
+        resolve_timeout: How long the flusher keeps trying to reach the database to
+            learn the outcome of a commit whose connection broke.
+
+    Raises:
+        SagaUsageError: an argument is invalid.
+        SchemaMissing: the schema is missing and the location does not allow
+            writers to migrate (``agent_saga_auto_migrate=1``).
+        PgWALError: the database cannot be reached.
+        WALKeyMissing, WALAuthenticationFailed, WALEncryptionMismatch: the mode rule.
+
+    Attributes:
+        path: The location, password masked (for messages).
+        owner: Random id of this writer (uuid4 hex), the key of its lease.
+        stats: Counters: ``batches`` (= commits) < ``records_written`` proves group
+            commit; ``fsyncs`` counts commits too.
+        log_id: The log's id.
+    """
+
+    def __init__(
+        self,
+        loc: PgLocation,
+        *,
+        encryptor: Encryptor | None = None,
+        lease_seconds: float = 30.0,
+        queue_limit: int = 65536,
+        backpressure: Backpressure = "raise",
+        block_timeout: float = 5.0,
+        resolve_timeout: float = 30.0,
+    ) -> None:
+        if backpressure not in ("raise", "block"):
+            raise SagaUsageError(f"backpressure must be 'raise' or 'block', not {backpressure!r}")
+        if queue_limit < 1 or lease_seconds <= 0 or block_timeout < 0 or resolve_timeout < 0:
+            raise SagaUsageError(
+                "queue_limit >= 1, lease_seconds > 0, block_timeout >= 0, resolve_timeout >= 0"
+            )
+        if encryptor is None:
+            from ..encryption import encryptor_from_env
+
+            encryptor = encryptor_from_env()
+        self._pg = psycopg_module()
+        self.loc = loc
+        self.path = loc.display
+        self.owner = uuid.uuid4().hex
+        self.stats = WriterStats()
+        self._encryptor = encryptor
+        self._limit = queue_limit
+        self._block = backpressure == "block"
+        self._block_timeout = block_timeout
+        self._lease_seconds = float(lease_seconds)
+        self._resolve_timeout = resolve_timeout
+        self._append_sql = sql(loc, _APPEND)
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        self._pending: list[tuple[str | None, bytes]] = []
+        self._current = _Batch()
+        self._inflight: _Batch | None = None
+        self._flusher_idle = False
+        self._blocked = 0
+        self._closing = False
+        self._closed = False
+        self._fenced = False
+        self._defunct = False
+        self._unreported: BaseException | None = None
+        self._exclusive_thread: int | None = None
+        self._xlock = threading.Lock()
+        self._xconn: Any = None
+        self._rconn: Any = None
+
+        conn = loc.connect("writer", owner=self.owner)
+        try:
+            require_schema(conn, loc, may_migrate=loc.auto_migrate)
+            row = open_log(conn, loc, encryptor)
+            self.log_id = row.log_id
+            # The lease exists before any record: an owner without one is dead.
+            conn.execute(
+                sql(
+                    loc,
+                    "INSERT INTO {s}.leases (log_id, owner, host, pid, expires, renewed, state) "
+                    "VALUES (%s, %s, %s, %s, clock_timestamp() + make_interval(secs => %s), "
+                    "clock_timestamp(), 'live')",
+                ),
+                (self.log_id, self.owner, socket.gethostname(), os.getpid(), self._lease_seconds),
+            )
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, self._pg.Error):
+                raise loc.error(exc, "cannot open the PostgreSQL log") from None
+            raise
+        self._conn: Any = conn
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(
+            target=self._run_flusher, name=f"agent-saga-pg-flusher-{self.owner[:8]}", daemon=True
+        )
+        self._renewer = threading.Thread(
+            target=self._run_renewer, name=f"agent-saga-pg-lease-{self.owner[:8]}", daemon=True
+        )
+        self._flusher.start()
+        self._renewer.start()
+        _all_writers.add(self)
+
+    def __repr__(self) -> str:
+        return f"PgWriter({self.path!r}, owner={self.owner[:8]})"
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the writer belongs to a parent process)."""
+        return self._closed or self._defunct
+
+    @property
+    def fenced(self) -> bool:
+        """True once this writer lost its lease; it then writes nothing, for good."""
+        return self._fenced
+
+    def check_fence(self) -> None:
+        """Raise if this writer is fenced.
+
+        Raises:
+            LeaseLost: the lease was revoked; a recovery daemon owns the sagas now.
+        """
+        if self._fenced:
+            raise self._lease_lost()
+
+    def submit(self, record: Mapping[str, Any]) -> None:
+        """Queue ``record`` without waiting; it goes with the next batch someone waits for.
+
+        Raises:
+            WALFull: the queue is full.
+            LeaseLost: this writer is fenced.
+            SagaUsageError: closed, or the record cannot be encoded.
+        """
+        frame = encode_record(record, self._encryptor)
+        self._enqueue(saga_of(record), frame, None, None, waited=False)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Queue ``record`` and block until it (and all before it) is committed.
+
+        Raises:
+            PgWriteFailed: its batch was not committed; the record is not durable.
+            LeaseLost: this writer is fenced; nothing of the batch was written.
+            WALFull: as for :meth:`submit`.
+            SagaUsageError: as for :meth:`submit`, or called inside ``exclusive()``.
+        """
+        self._not_in_exclusive()
+        frame = encode_record(record, self._encryptor)
+        batch = self._enqueue(saga_of(record), frame, None, None)
+        batch.event.wait()
+        if batch.error is not None:
+            raise _fresh(batch.error) from batch.error.__cause__
+
+    async def append_async(self, record: Mapping[str, Any]) -> None:
+        """Like :meth:`append`, awaiting without blocking the event loop.
+
+        Raises:
+            PgWriteFailed, LeaseLost, WALFull, SagaUsageError: as for :meth:`append`.
+        """
+        self._not_in_exclusive()
+        frame = encode_record(record, self._encryptor)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        saga = saga_of(record)
+        try:
+            self._enqueue(saga, frame, fut, loop, block=False)
+        except WALFull:
+            if not self._block:
+                raise
+            await loop.run_in_executor(None, self._enqueue, saga, frame, fut, loop)
+        await fut
+
+    def append_fenced(self, record: Mapping[str, Any]) -> None:
+        """Commit one ``escalated`` record even though this writer may be fenced.
+
+        Raises:
+            SagaUsageError: not an escalation, or the writer is closed.
+            PgWriteFailed: the commit failed.
+        """
+        if record.get("type") != ESCALATED:
+            raise SagaUsageError("append_fenced writes escalations only")
+        if self.closed:
+            raise SagaUsageError(f"WAL writer for {self.path} is closed")
+        frame = encode_record(record, self._encryptor)
+        conn = self.loc.connect("escalation", owner=self.owner)
+        try:
+            conn.execute(
+                self._append_sql,
+                (
+                    self.log_id,
+                    self.owner,
+                    None,
+                    self._lease_seconds,
+                    True,
+                    [saga_of(record)],
+                    [frame],
+                ),
+            )
+        except self._pg.Error as exc:
+            raise PgWriteFailed(
+                f"writing an escalation to {self.path} failed: {self.loc.describe(exc)}",
+                path=self.path,
+                sqlstate=getattr(exc, "sqlstate", None),
+                outcome="unknown" if conn.broken else "not_committed",
+            ) from None
+        finally:
+            conn.close()
+        self.stats.fsyncs += 1
+        self.stats.batches += 1
+        self.stats.records_written += 1
+
+    def flush(self) -> None:
+        """Block until every record queued so far is committed.
+
+        Raises:
+            PgWriteFailed: a batch of only-submitted records failed since the last flush.
+            LeaseLost: this writer was fenced.
+            SagaUsageError: called inside ``exclusive()`` from the same thread.
+        """
+        self._not_in_exclusive()
+        with self._lock:
+            if self._pending:
+                if self._flusher_idle:
+                    self._wake_locked()
+                batch: _Batch | None = self._current
+            else:
+                batch = self._inflight
+        if batch is not None:
+            batch.event.wait()
+        self._raise_unreported()
+
+    async def flush_async(self) -> None:
+        """Like :meth:`flush`, without blocking the event loop."""
+        await asyncio.to_thread(self.flush)
+
+    def close(self) -> None:
+        """Flush, stop the threads, mark the lease released. Idempotent.
+
+        Raises:
+            PgWriteFailed: a batch of only-submitted records failed since the last flush.
+            LeaseLost: only-submitted records were refused because the writer is fenced.
+        """
+        if self._defunct:
+            self._closed = True
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = self._closing = True
+            self._cond.notify_all()
+            self._room.notify_all()
+        if threading.current_thread() is not self._flusher:
+            self._flusher.join()
+        self._stop.set()
+        if threading.current_thread() is not self._renewer:
+            self._renewer.join()
+        # "Released" tells recovery this owner ended every saga it began; after a failed
+        # commit that may be false (a saga_end may be what failed): let it expire instead.
+        if not self._fenced and self.stats.failed_batches == 0:
+            with contextlib.suppress(Exception):
+                self._flusher_conn().execute(
+                    sql(
+                        self.loc,
+                        "UPDATE {s}.leases SET state = 'released', expires = clock_timestamp() "
+                        "WHERE log_id = %s AND owner = %s AND state = 'live'",
+                    ),
+                    (self.log_id, self.owner),
+                )
+        for c in (self._conn, self._xconn, self._rconn):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
+        self._conn = self._xconn = self._rconn = None
+        _forget(self)
+        self._raise_unreported()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[PgExclusive]:
+        """Flush, then hold the log row's lock in one transaction for the whole block.
+
+        Every other append (every process) waits until the block ends. The block's
+        ``append_locked`` records are committed when it exits normally (their
+        waiters, the caller, learn the outcome there); if the block raises,
+        everything it appended is rolled back and the exception propagates.
+
+        Yields:
+            A :class:`PgExclusive`: ``read_from``, ``append_locked``, ``leases``, ``now``.
+
+        Raises:
+            PgWriteFailed: flushing failed, or the commit at the block's exit failed
+                (checked, like the flusher's, when the connection broke).
+            PgWALError: the database cannot be reached.
+            LeaseLost: this writer is fenced.
+        """
+        self.flush()
+        with self._xlock:
+            conn = self._exclusive_conn()
+            handle = PgExclusive(self, conn)
+            try:
+                conn.execute("BEGIN")
+                read_log_row(conn, self.loc, lock=True)
+            except self._pg.Error as exc:
+                self._drop_exclusive_conn()
+                raise self.loc.error(exc, "cannot lock the PostgreSQL log") from None
+            self._exclusive_thread = threading.get_ident()
+            ok = False
+            try:
+                yield handle
+                ok = True
+            finally:
+                handle._open = False
+                self._exclusive_thread = None
+                if not ok:
+                    self._rollback_exclusive()
+            self._commit_exclusive(handle)
+
+    # ------------------------------------------------------------------ internals
+
+    def _lease_lost(self) -> LeaseLost:
+        return LeaseLost(
+            f"WAL writer {self.owner} lost its lease on {self.path}: a recovery daemon "
+            "owns its sagas now; stop and record nothing more"
+        )
+
+    def _not_in_exclusive(self) -> None:
+        if self._exclusive_thread == threading.get_ident():
+            raise SagaUsageError(
+                "append/flush inside PgWriter.exclusive() would deadlock; use append_locked"
+            )
+
+    def _raise_unreported(self) -> None:
+        with self._lock:
+            err, self._unreported = self._unreported, None
+        if err is not None:
+            raise _fresh(err) from err.__cause__
+
+    def _wake_locked(self) -> None:
+        self._flusher_idle = False
+        self._cond.notify()
+
+    def _enqueue(
+        self,
+        saga: str | None,
+        frame: bytes,
+        fut: asyncio.Future[None] | None,
+        loop: asyncio.AbstractEventLoop | None,
+        block: bool = True,
+        waited: bool = True,
+    ) -> _Batch:
+        if self._defunct:
+            raise SagaUsageError(
+                "this WAL writer belongs to the parent process; open the store again in the child"
+            )
+        with self._lock:
+            if self._closing or self._fenced:
+                self._raise_unusable()
+            if len(self._pending) >= self._limit:
+                self._wait_for_room(block)
+            self._pending.append((saga, frame))
+            batch = self._current
+            if not waited:
+                batch.unwaited = True
+            if fut is not None and loop is not None:
+                loops = batch.loops
+                if loops is None:
+                    batch.loops = {loop: [fut]}
+                else:
+                    loops.setdefault(loop, []).append(fut)
+            if waited and self._flusher_idle:
+                self._wake_locked()
+            return batch
+
+    def _raise_unusable(self) -> None:
+        if self._fenced:
+            raise self._lease_lost()
+        raise SagaUsageError(f"WAL writer for {self.path} is closed")
+
+    def _wait_for_room(self, block: bool) -> None:
+        if not (self._block and block):
+            raise WALFull(
+                f"WAL queue is full ({self._limit} records waiting); nothing was dropped: "
+                "retry, raise queue_limit, or use backpressure='block'",
+                path=self.path,
+            )
+        deadline = time.monotonic() + self._block_timeout
+        self._blocked += 1
+        try:
+            while len(self._pending) >= self._limit:
+                if self._closing or self._fenced:
+                    self._raise_unusable()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._room.wait(remaining):
+                    if len(self._pending) < self._limit:
+                        break
+                    raise WALFull(
+                        f"WAL queue stayed full for {self._block_timeout}s; nothing was dropped",
+                        path=self.path,
+                    )
+        finally:
+            self._blocked -= 1
+
+    # -- flusher
+
+    def _run_flusher(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending:
+                    if self._closing:
+                        return
+                    self._flusher_idle = True
+                    self._cond.wait()
+                self._flusher_idle = False
+                batch = self._current
+                frames, self._pending, self._current = self._pending, [], _Batch()
+                self._inflight = batch
+                if self._blocked:
+                    self._room.notify_all()
+            try:
+                batch.error = self._commit(frames)
+            except BaseException as exc:  # never leave a waiter hanging
+                batch.error = PgWriteFailed(
+                    f"committing {len(frames)} record(s) to {self.path} failed ({exc!r})",
+                    path=self.path,
+                )
+            self._complete(batch)
+
+    def _complete(self, batch: _Batch) -> None:
+        with self._lock:
+            batch.done = True
+            loops = batch.loops
+            if self._inflight is batch:
+                self._inflight = None
+            if batch.error is not None and batch.unwaited:
+                self._unreported = batch.error
+        batch.event.set()
+        if loops:
+            for loop, futs in loops.items():
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    loop.call_soon_threadsafe(_resolve_futures, futs, batch.error)
+
+    def _flusher_conn(self) -> Any:
+        c = self._conn
+        if c is None or c.closed or c.broken:
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
+            self._conn = None
+            c = self._conn = self.loc.connect("writer", owner=self.owner)
+        return c
+
+    def _commit(self, frames: list[tuple[str | None, bytes]]) -> BaseException | None:
+        """Commit one batch; return the error every waiter gets, or None."""
+        if self._fenced:
+            return self._lease_lost()
+        n = len(frames)
+        try:
+            conn = self._flusher_conn()
+        except WALError as exc:
+            self.stats.failed_batches += 1
+            return PgWriteFailed(
+                f"committing {n} record(s) to {self.path} failed: {exc}; they are not durable",
+                path=self.path,
+            )
+        batch_id = uuid.uuid4().hex
+        pid = conn.info.backend_pid
+        params = (
+            self.log_id,
+            self.owner,
+            batch_id,
+            self._lease_seconds,
+            False,
+            [s for s, _ in frames],
+            [f for _, f in frames],
+        )
+        crashpoint("wal.before_write")
+        try:
+            conn.execute(self._append_sql, params)
+        except self._pg.Error as exc:
+            code = getattr(exc, "sqlstate", None)
+            if not conn.broken:
+                self.stats.failed_batches += 1
+                if code == LEASE_LOST:
+                    self._fence()
+                    return self._lease_lost()
+                why = "the log was dropped" if code == NO_LOG else self.loc.describe(exc)
+                return PgWriteFailed(
+                    f"committing {n} record(s) to {self.path} failed: {why}; they are not durable",
+                    path=self.path,
+                    sqlstate=code,
+                )
+            # The connection broke during the statement: it may have committed.
+            with contextlib.suppress(Exception):
+                conn.close()
+            self._conn = None
+            committed = self._resolve(batch_id, pid)
+            if committed is not True:
+                self.stats.failed_batches += 1
+                if committed is False:
+                    return PgWriteFailed(
+                        f"committing {n} record(s) to {self.path} failed "
+                        f"({self.loc.describe(exc)}); checked afterwards: they are not in "
+                        "the log",
+                        path=self.path,
+                        sqlstate=code,
+                    )
+                return PgWriteFailed(
+                    f"committing {n} record(s) to {self.path} failed "
+                    f"({self.loc.describe(exc)}) and the database stayed unreachable for "
+                    f"{self._resolve_timeout:g}s: they are not acknowledged and may or may "
+                    "not be in the log",
+                    path=self.path,
+                    sqlstate=code,
+                    outcome="unknown",
+                )
+        crashpoint("wal.after_write")
+        crashpoint("wal.after_fsync")
+        self.stats.fsyncs += 1
+        self.stats.batches += 1
+        self.stats.records_written += n
+        self.stats.bytes_written += sum(len(f) for _, f in frames)
+        return None
+
+    def _resolve(self, batch_id: str, old_pid: int) -> bool | None:
+        """Whether batch ``batch_id`` committed: True, False, or None (unreachable).
+
+        Before looking, make sure the session that sent it is gone, so that it cannot
+        commit after we looked.
+        """
+        deadline = time.monotonic() + self._resolve_timeout
+        delay = 0.05
+        me = app_name("writer", self.owner)
+        while True:
+            try:
+                c = self.loc.connect("resolve", owner=self.owner, timeout=5)
+                try:
+                    while True:
+                        alive = c.execute(
+                            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                            "WHERE pid = %s AND application_name = %s",
+                            (old_pid, me),
+                        ).fetchall()
+                        if not alive:
+                            break
+                        if time.monotonic() > deadline:
+                            return None
+                    got = c.execute(
+                        sql(
+                            self.loc,
+                            "SELECT last_batch FROM {s}.leases WHERE log_id = %s AND owner = %s",
+                        ),
+                        (self.log_id, self.owner),
+                    ).fetchone()
+                    return got is not None and got[0] == batch_id
+                finally:
+                    c.close()
+            except (WALError, self._pg.Error):
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _fence(self) -> None:
+        self._fenced = True
+        with self._lock:
+            self._room.notify_all()
+
+    # -- lease renewal
+
+    def _run_renewer(self) -> None:
+        interval = self._lease_seconds / 3
+        conn: Any = None
+        renew = sql(
+            self.loc,
+            "UPDATE {s}.leases SET expires = clock_timestamp() + make_interval(secs => %s), "
+            "renewed = clock_timestamp() WHERE log_id = %s AND owner = %s AND state = 'live'",
+        )
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    if conn is None or conn.broken:
+                        conn = self.loc.connect("lease", owner=self.owner)
+                    cur = conn.execute(renew, (self._lease_seconds, self.log_id, self.owner))
+                    if cur.rowcount == 0 and not self._stop.is_set():
+                        self._fence()  # revoked (or its row deleted): fenced for good
+                        return
+                except Exception:  # transient: every batch renews the lease too
+                    if conn is not None:
+                        with contextlib.suppress(Exception):
+                            conn.close()
+                    conn = None
+                    continue
+        finally:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    # -- exclusive
+
+    def _exclusive_conn(self) -> Any:
+        c = self._xconn
+        if c is None or c.closed or c.broken:
+            self._drop_exclusive_conn()
+            c = self._xconn = self.loc.connect("exclusive", owner=self.owner)
+        return c
+
+    def _drop_exclusive_conn(self) -> None:
+        if self._xconn is not None:
+            with contextlib.suppress(Exception):
+                self._xconn.close()
+        self._xconn = None
+
+    def _rollback_exclusive(self) -> None:
+        try:
+            self._xconn.execute("ROLLBACK")
+        except Exception:
+            self._drop_exclusive_conn()
+
+    def _commit_exclusive(self, handle: PgExclusive) -> None:
+        conn = self._xconn
+        if handle.aborted is not None:
+            self._rollback_exclusive()
+            raise PgWriteFailed(
+                f"the exclusive block on {self.path} was rolled back: an earlier statement "
+                f"in it failed ({handle.aborted}); nothing it appended is durable",
+                path=self.path,
+            )
+        pid = conn.info.backend_pid
+        try:
+            conn.execute("COMMIT")
+        except self._pg.Error as exc:
+            broken = conn.broken
+            self._drop_exclusive_conn()
+            if not handle.written:
+                if broken:
+                    return  # nothing was written: nothing to lose
+                raise self.loc.error(exc, "committing the exclusive block failed") from None
+            committed = self._resolve_rows(handle.written, pid) if broken else False
+            if committed is not True:
+                raise PgWriteFailed(
+                    f"committing {sum(len(fs) for _, fs in handle.written)} record(s) to "
+                    f"{self.path} failed ({self.loc.describe(exc)})"
+                    + (
+                        "; they are not in the log"
+                        if committed is False
+                        else "; the database stayed unreachable: they may or may not be in the log"
+                    ),
+                    path=self.path,
+                    sqlstate=getattr(exc, "sqlstate", None),
+                    outcome="not_committed" if committed is False else "unknown",
+                ) from None
+        self.stats.fsyncs += 1
+        self.stats.batches += 1
+
+    def _resolve_rows(self, written: list[tuple[int, list[bytes]]], old_pid: int) -> bool | None:
+        """Whether the rows appended in an exclusive block are in the log, frame for frame."""
+        deadline = time.monotonic() + self._resolve_timeout
+        me = app_name("exclusive", self.owner)
+        delay = 0.05
+        q = sql(
+            self.loc,
+            "SELECT seq, frame FROM {s}.records WHERE log_id = %s AND seq >= %s AND seq < %s",
+        )
+        while True:
+            try:
+                c = self.loc.connect("resolve", owner=self.owner, timeout=5)
+                try:
+                    while c.execute(
+                        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                        "WHERE pid = %s AND application_name = %s",
+                        (old_pid, me),
+                    ).fetchall():
+                        if time.monotonic() > deadline:
+                            return None
+                    for base, frames in written:
+                        rows = dict(
+                            c.execute(q, (self.log_id, base, base + len(frames))).fetchall()
+                        )
+                        if [bytes(rows.get(base + i, b"")) for i in range(len(frames))] != frames:
+                            return False
+                    return True
+                finally:
+                    c.close()
+            except (WALError, self._pg.Error):
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+
+# ---------------------------------------------------------------------- registry
+
+_registry: dict[str, PgWriter] = {}
+_registry_lock = threading.Lock()
+_all_writers: weakref.WeakSet[PgWriter] = weakref.WeakSet()
+
+
+def open_pg_writer(
+    loc: PgLocation,
+    *,
+    encryptor: Encryptor | None = None,
+    lease_seconds: float = 30.0,
+    **options: Any,
+) -> PgWriter:
+    """This process's writer for ``loc``, created on first use (options apply then only).
+
+    Args:
+        loc: The location.
+        encryptor: See :class:`PgWriter`.
+        lease_seconds: See :class:`PgWriter`.
+        **options: ``queue_limit``, ``backpressure``, ``block_timeout``,
+            ``resolve_timeout`` (see :class:`PgWriter`).
+
+    Returns:
+        The shared writer.
+
+    Raises:
+        As :class:`PgWriter`.
+    """
+    with _registry_lock:
+        w = _registry.get(loc.key)
+        if w is None or w.closed:
+            w = PgWriter(loc, encryptor=encryptor, lease_seconds=lease_seconds, **options)
+            _registry[loc.key] = w
+        return w
+
+
+def _forget(writer: PgWriter) -> None:
+    with _registry_lock:
+        for k, v in list(_registry.items()):
+            if v is writer:
+                del _registry[k]
+
+
+def _after_fork_in_child() -> None:
+    # The child has none of the parent's threads, and must never use the parent's
+    # sessions (two processes on one socket would corrupt the protocol stream).
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for w in list(_all_writers):
+        w._defunct = True
+    _registry.clear()
+
+
+def _close_all_at_exit() -> None:
+    for w in list(_all_writers):
+        with contextlib.suppress(Exception):
+            w.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from . import _config
@@ -45,10 +45,10 @@ from .gate import ApprovalRequest, Decision, current_user
 from .secrets import redact
 from .wal import records as R
 from .wal.reader import Damage, Record
-from .wal.state import ApprovalView, SagaFold, fold_file
+from .wal.state import ApprovalView, SagaFold
 from .wal.store import LogStore, LogWriter, open_store
 
-__all__ = ["ApprovalQueue", "ApprovalView", "decide_approval", "list_approvals"]
+__all__ = ["ApprovalQueue", "ApprovalView", "decide_approval", "fold_approvals", "list_approvals"]
 
 _Read = Callable[[int], Iterable[Record | Damage]]
 
@@ -241,6 +241,65 @@ def _decision(request: str, saga_id: str, approve: bool, by: str, note: str) -> 
 
 
 # ---- the human side -------------------------------------------------------------------
+#
+# Memory follows the queue, not the log: a listing folds only approval records and
+# saga begin/end (a saga's view is then empty of steps), and keeps a request only
+# while its saga has not ended (``--all``: every request, what it prints). A decision
+# folds only its request's records and its saga's ``saga_end``: one pass over the log,
+# the least that can prove, without an index, that nobody decided it already.
+
+_LISTED: Final = frozenset({R.APPROVAL_REQUESTED, R.APPROVAL_DECIDED, R.SAGA_BEGIN, R.SAGA_END})
+
+
+def _listed(data: Mapping[str, Any]) -> bool:
+    return data.get("type") in _LISTED
+
+
+def fold_approvals(
+    wal_path: str | os.PathLike[str] | LogStore,
+    *,
+    include_closed: bool = False,
+    decryptor: Any = None,
+) -> SagaFold:
+    """Fold the approval queue of a WAL (no step detail: only what the queue needs).
+
+    A request for a saga that ended is dropped with it unless ``include_closed``.
+    (Bounded: a request recorded *after* its saga's end — no writer does that — is
+    not known to be closed and lists as open; deciding it changes nothing.)
+
+    Args:
+        wal_path: The write-ahead log.
+        include_closed: Keep the requests of ended sagas too (``approvals --all``).
+        decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+
+    Returns:
+        The fold: ``approvals()`` / ``open_approvals()``, and ``damages``.
+
+    Raises:
+        WALKeyMissing: the log is encrypted and no key is configured.
+        WALAuthenticationFailed: a record failed authentication.
+    """
+    fold = SagaFold(forget_terminal=True, remember_ended=False, keep_approvals=include_closed)
+    fold.feed(open_store(wal_path).scan(decryptor=decryptor), only=_listed)
+    return fold
+
+
+def _of_request(request_id: str) -> Callable[[Mapping[str, Any]], bool]:
+    """The records that decide one request's state: its own, and its saga's end."""
+    sagas: set[str] = set()
+
+    def only(data: Mapping[str, Any]) -> bool:
+        rtype = data.get("type")
+        if rtype == R.SAGA_END:
+            return data.get("saga") in sagas
+        if rtype in _APPROVAL_TYPES and data.get("request") == request_id:
+            saga = data.get("saga")
+            if rtype == R.APPROVAL_REQUESTED and isinstance(saga, str):
+                sagas.add(saga)
+            return True
+        return False
+
+    return only
 
 
 def list_approvals(
@@ -264,7 +323,7 @@ def list_approvals(
         WALKeyMissing: the log is encrypted and no key is configured.
         WALAuthenticationFailed: a record failed authentication.
     """
-    fold, _ = fold_file(wal_path, decryptor)
+    fold = fold_approvals(wal_path, include_closed=include_decided, decryptor=decryptor)
     return fold.approvals() if include_decided else fold.open_approvals()
 
 
@@ -304,15 +363,18 @@ def decide_approval(
     store = open_store(wal_path)
     path = store.display
     identity = store.identity()
-    fold, _ = fold_file(store, encryptor)  # the bulk of the log, without the lock
+    only = _of_request(request_id)
+    fold = SagaFold()  # holds one request and its saga's end, however long the log
+    fold.feed(store.scan(decryptor=encryptor), only=only)  # the bulk, without the lock
     _check_open(fold, request_id, path)  # fail fast, before opening a writer
     writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
         if store.identity() != identity:  # compacted meanwhile: offsets moved
             fold = SagaFold()
-            fold.feed(x.read_from(0))
+            only = _of_request(request_id)
+            fold.feed(x.read_from(0), only=only)
         else:
-            fold.feed(x.read_from(fold.position))
+            fold.feed(x.read_from(fold.position), only=only)
         view = _check_open(fold, request_id, path)
         record = _decision(request_id, view.saga_id, approve, by or current_user(), note)
         offset = fold.position

@@ -46,7 +46,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -192,7 +192,60 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
         out.write("\n")
 
 
-def _judge(views: list[SagaView], wal: LogStore) -> list[tuple[SagaView, Liveness]]:
+TABLE_BLOCK = 1000
+"""Rows a streamed table measures its column widths on before printing them."""
+
+
+class _StreamedTable:
+    """A table printed as it comes: blocks of :data:`TABLE_BLOCK` rows, aligned.
+
+    Column widths are those of the header and the first block, and only ever grow:
+    a later block with a wider cell widens its column from that block on. A listing
+    of up to one block is laid out exactly as if it had been measured whole.
+    """
+
+    def __init__(self, header: list[str], out: TextIO) -> None:
+        self._out = out
+        self._rows = [header]
+        self._widths = [0] * len(header)
+        self.rows = 0  # rows added, the header not counted
+
+    def add(self, row: list[str]) -> None:
+        self._rows.append(row)
+        self.rows += 1
+        if len(self._rows) >= TABLE_BLOCK:
+            self.flush()
+
+    def flush(self) -> None:
+        rows, self._rows = self._rows, []
+        if not rows:
+            return
+        for i in range(len(self._widths)):
+            self._widths[i] = max(self._widths[i], *(len(row[i]) for row in rows))
+        for row in rows:
+            line = "  ".join(c.ljust(w) for c, w in zip(row, self._widths, strict=True))
+            self._out.write(line.rstrip() + "\n")
+
+
+class _JsonArray:
+    """A JSON array written one element at a time, byte for byte what ``json.dump``
+    of the whole list with ``indent=2`` prints."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self.count = 0
+
+    def add(self, item: Any) -> None:
+        text = json.dumps(item, indent=2, default=str)
+        self._out.write("[\n  " if self.count == 0 else ",\n  ")
+        self._out.write(text.replace("\n", "\n  "))  # JSON strings hold no raw newline
+        self.count += 1
+
+    def close(self) -> None:
+        self._out.write("[]\n" if self.count == 0 else "\n]\n")
+
+
+def _judge(views: Iterable[SagaView], wal: LogStore) -> Iterator[tuple[SagaView, Liveness]]:
     """Pair each saga with the daemon's view of it (leases read once per owner)."""
     from .recovery.liveness import liveness
     from .wal.lease import LeaseInfo
@@ -200,47 +253,87 @@ def _judge(views: list[SagaView], wal: LogStore) -> list[tuple[SagaView, Livenes
     table = wal.leases()
     leases: dict[str, LeaseInfo | None] = {}
     now = wal.now()
-    judged = []
     for v in views:
         lease = None
         if v.owner and not v.terminal:
             if v.owner not in leases:
                 leases[v.owner] = table.get(v.owner)
             lease = leases[v.owner]
-        judged.append((v, liveness(v, lease, now)))
-    return judged
+        yield v, liveness(v, lease, now)
+
+
+def _start_key(v: SagaView) -> tuple[bool, float, str]:
+    return (v.started is None, v.started or 0.0, v.saga_id)
+
+
+class _RunsPrinter:
+    """Prints each saga of ``runs`` as soon as it is final, keeping nothing of it."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self._status: str | None = args.status
+        self._json = _JsonArray(out) if args.json else None
+        self._table = (
+            None
+            if args.json
+            else _StreamedTable(["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"], out)
+        )
+        self._out = out
+
+    def settled(self, v: SagaView) -> None:
+        """``SagaFold(on_settled=...)``: a terminal saga nothing can change any more."""
+        from .recovery.liveness import liveness
+
+        self.print(v, liveness(v, None, 0.0))  # terminal: no lease, no clock
+
+    def print(self, v: SagaView, live: Liveness) -> None:
+        if self._status is not None and live.status != self._status:
+            return
+        if self._json is not None:
+            self._json.add(_saga_json(v, live))
+            return
+        assert self._table is not None
+        self._table.add(
+            [
+                v.saga_id,
+                v.name or "-",
+                live.describe(),
+                _steps_summary(v),
+                _ts(v.started),
+                v.outcome or "-",
+            ]
+        )
+
+    def close(self) -> None:
+        if self._json is not None:
+            self._json.close()
+            return
+        assert self._table is not None
+        if self._table.rows == 0:
+            self._out.write("no sagas\n")
+            return
+        self._table.flush()
 
 
 def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.state import fold_file
+    from .wal.state import SagaFold
 
     wal = _wal_path(args)
-    fold, damages = fold_file(wal)
-    views = sorted(fold.sagas(), key=lambda v: (v.started is None, v.started or 0.0, v.saga_id))
-    judged = _judge(views, wal)
-    if args.status:
-        judged = [(v, live) for v, live in judged if live.status == args.status]
-    code = _report_damage(damages, err, "the list of sagas")
-    if args.json:
-        json.dump([_saga_json(v, live) for v, live in judged], out, indent=2, default=str)
-        out.write("\n")
-        return code
-    if not judged:
-        out.write("no sagas\n")
-        return code
-    rows = [["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"]]
-    rows += [
-        [
-            v.saga_id,
-            v.name or "-",
-            live.describe(),
-            _steps_summary(v),
-            _ts(v.started),
-            v.outcome or "-",
-        ]
-        for v, live in judged
-    ]
-    _table(rows, out)
+    printer = _RunsPrinter(args, out)
+    # Bounded and streaming: a saga is printed (and forgotten) as soon as it is final;
+    # only live sagas and ended ones with an open escalation are held to the end.
+    fold = SagaFold(forget_terminal=True, remember_ended=False, on_settled=printer.settled)
+    fold.feed(wal.scan())
+    for v, live in _judge(sorted(fold.sagas(), key=_start_key), wal):
+        printer.print(v, live)
+    printer.close()
+    code = _report_damage(fold.damages, err, "the list of sagas")
+    if fold.late_records:
+        offset, saga_id, rtype = fold.late_examples[0]
+        err.write(
+            f"agent-saga: note: {fold.late_records} record(s) came after the end of sagas "
+            f"already listed (first: {rtype} of saga {saga_id} at offset {offset}); "
+            "`agent-saga escalations` lists any escalation among them\n"
+        )
     return code
 
 
@@ -361,8 +454,7 @@ def _cmd_db_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .recovery.escalations import request_retry, resolve_escalation
-    from .wal.state import fold_file
+    from .recovery.escalations import fold_escalations, request_retry, resolve_escalation
 
     if getattr(args, "esc_command", None) == "resolve":
         found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
@@ -376,9 +468,10 @@ def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "retries it with the same recovery token\n"
         )
         return EXIT_OK
-    fold, damages = fold_file(_wal_path(args))
+    # The queue's records only; an escalation is kept while open (--all: all of them).
+    fold = fold_escalations(_wal_path(args), include_resolved=args.all)
     items = fold.escalations() if args.all else fold.open_escalations()
-    code = _report_damage(damages, err, "the human queue above")
+    code = _report_damage(fold.damages, err, "the human queue above")
     if args.json:
         json.dump([asdict(e) for e in items], out, indent=2, default=str)
         out.write("\n")
@@ -407,8 +500,7 @@ def _approval_state(a: ApprovalView, now: float) -> str:
 
 
 def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .approvals import decide_approval
-    from .wal.state import fold_file
+    from .approvals import decide_approval, fold_approvals
 
     action = getattr(args, "apr_command", None)
     if action in ("approve", "deny"):
@@ -420,10 +512,12 @@ def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"by {a.decided_by}\n"
         )
         return EXIT_OK
-    fold, damages = fold_file(_wal_path(args))
+    # The queue's records and saga begin/end only; a request is kept while its saga
+    # has not ended (--all: every request, what it prints).
+    fold = fold_approvals(_wal_path(args), include_closed=args.all)
     now = time.time()
     items = fold.approvals() if args.all else fold.open_approvals(now=now)
-    code = _report_damage(damages, err, "the approval queue above")
+    code = _report_damage(fold.damages, err, "the approval queue above")
     if args.json:
         data = [{**asdict(a), "state": _approval_state(a, now)} for a in items]
         json.dump(data, out, indent=2, default=str)

@@ -3,8 +3,11 @@
 One pass (``RecoveryDaemon.run_once``):
 
 1. **Catch up**: read the WAL from where the last pass stopped (never the whole log
-   again) into a :class:`~agent_saga.wal.state.SagaFold` that forgets terminal
-   sagas, so memory grows with live sagas, not with the log.
+   again) into a bounded :class:`~agent_saga.wal.state.SagaFold`: it keeps live
+   sagas, open escalations and pending retries, and nothing of a saga once it ended
+   (not even its id), so memory follows what is still to do, not the log. A late
+   record of a finished saga is recognised without its id (see ``wal/state.py``):
+   it is never a saga to recover.
 2. For every saga without ``saga_end``: skip it while its owner's lease is live or
    another daemon's claim is unexpired; otherwise **claim** it — under the WAL's
    append lock, re-read the tail, re-check, revoke the owner's expired lease (which
@@ -109,7 +112,7 @@ class RecoveryDaemon:
         self._lock = lock or self._store.recovery_lock()
         self._encryptor = encryptor
         self._emit_fn = emit or _json_line
-        self._fold = SagaFold(forget_terminal=True)
+        self._fold = _new_fold()
         self._offset = 0
         self._identity: object = None
         self._reported: set[int] = set()
@@ -157,6 +160,7 @@ class RecoveryDaemon:
                 self._offset = item.end
                 self._report.records_read += 1
                 continue
+            self._fold.note_damage(item)
             if item.offset not in self._reported:
                 self._reported.add(item.offset)
                 self._report.damages += 1
@@ -179,7 +183,7 @@ class RecoveryDaemon:
         if identity is None:
             return
         if self._identity is not None and identity != self._identity:
-            self._fold = SagaFold(forget_terminal=True)
+            self._fold = _new_fold()
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
@@ -525,6 +529,11 @@ class RecoveryDaemon:
             **({"error": type(error).__name__} if error is not None else {}),
         )
         return outcome
+
+
+def _new_fold() -> SagaFold:
+    """The daemon's fold: bounded (no trace of a saga once it ended)."""
+    return SagaFold(forget_terminal=True, remember_ended=False)
 
 
 def _saga_detail(store: LogStore, saga_id: str, decryptor: Any) -> SagaView | None:

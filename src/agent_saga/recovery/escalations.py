@@ -1,18 +1,68 @@
-"""The human queue: list open escalations and record a human's decision."""
+"""The human queue: list open escalations and record a human's decision.
+
+Memory follows the queue, not the log: a listing folds only the queue's records
+(``escalated``, ``escalation_resolved``, ``escalation_retry``, a retry's ``claim``)
+and keeps an escalation only while it is open (``--all``: every escalation, what it
+prints). Deciding on one escalation folds only that escalation's records, and, for a
+retry, that saga's. Each is one pass over the log (a retry two: the saga is known
+only once its escalation was found); without an index, a pass is the least that can
+prove no later record resolved or retried it.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from ..errors import SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
 from ..wal import records as R
-from ..wal.state import EscalationView, fold_file
+from ..wal.state import EscalationView, SagaFold
 from ..wal.store import LogStore, open_store
 
-__all__ = ["list_escalations", "request_retry", "resolve_escalation"]
+__all__ = ["fold_escalations", "list_escalations", "request_retry", "resolve_escalation"]
+
+_QUEUE: Final = frozenset({R.ESCALATED, R.ESCALATION_RESOLVED, R.ESCALATION_RETRY})
+
+
+def _queue_record(data: Mapping[str, Any]) -> bool:
+    rtype = data.get("type")
+    return rtype in _QUEUE or (rtype == R.CLAIM and "retry" in data)
+
+
+def _of_escalation(escalation: str) -> Callable[[Mapping[str, Any]], bool]:
+    """The records that decide one escalation's state (its own, its retries' claims)."""
+
+    def only(data: Mapping[str, Any]) -> bool:
+        if data.get("escalation") == escalation:
+            return True
+        return data.get("type") == R.CLAIM and data.get("retry") == escalation
+
+    return only
+
+
+def fold_escalations(
+    wal_path: str | LogStore, *, include_resolved: bool = False, decryptor: Any = None
+) -> SagaFold:
+    """Fold the human queue of a WAL (no saga detail: only the queue's records).
+
+    Args:
+        wal_path: The write-ahead log.
+        include_resolved: Keep resolved escalations too (else only open ones are kept).
+        decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+
+    Returns:
+        The fold: ``escalations()`` / ``open_escalations()``, and ``damages``.
+
+    Raises:
+        WALKeyMissing: the log is encrypted and no key is configured.
+        WALAuthenticationFailed: a record failed authentication.
+    """
+    fold = SagaFold(forget_terminal=True, remember_ended=False, keep_resolved=include_resolved)
+    fold.feed(open_store(wal_path).scan(decryptor=decryptor), only=_queue_record)
+    return fold
 
 
 def list_escalations(
@@ -24,10 +74,15 @@ def list_escalations(
         wal_path: The write-ahead log.
         include_resolved: Also return escalations a human already resolved.
         decryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+
+    Returns:
+        The escalations.
+
+    Raises:
+        WALKeyMissing: the log is encrypted and no key is configured.
+        WALAuthenticationFailed: a record failed authentication.
     """
-    # Open escalations survive forgetting the detail of ended sagas: memory then grows
-    # with the open queue, not with the log (resolved ones are only kept for --all).
-    fold, _ = fold_file(wal_path, decryptor, forget_terminal=not include_resolved)
+    fold = fold_escalations(wal_path, include_resolved=include_resolved, decryptor=decryptor)
     return fold.escalations() if include_resolved else fold.open_escalations()
 
 
@@ -57,8 +112,9 @@ def resolve_escalation(
     if not note or not note.strip():
         raise SagaUsageError("resolving an escalation needs a --note saying what was done")
     store = open_store(wal_path)
-    open_ones = {e.escalation: e for e in list_escalations(store, decryptor=encryptor)}
-    found = open_ones.get(escalation)
+    fold = SagaFold(forget_terminal=True, remember_ended=False)
+    fold.feed(store.scan(decryptor=encryptor), only=_of_escalation(escalation))
+    found = next((e for e in fold.open_escalations() if e.escalation == escalation), None)
     if found is None:
         raise SagaUsageError(
             f"no open escalation {escalation!r} in {store.display}; list them with "
@@ -112,10 +168,26 @@ def request_retry(
     if not note or not note.strip():
         raise SagaUsageError("retrying an escalation needs a --note saying what was fixed")
     store = open_store(wal_path)
-    fold, _ = fold_file(store, encryptor)  # the whole log, without holding the lock
+    # Pass 1: the escalation alone, to learn its saga (and fail fast if it is not open).
+    queue = SagaFold(forget_terminal=True, remember_ended=False)
+    queue.feed(store.scan(decryptor=encryptor), only=_of_escalation(escalation))
+    first = next((e for e in queue.open_escalations() if e.escalation == escalation), None)
+    if first is None:
+        raise SagaUsageError(
+            f"no open escalation {escalation!r} in {store.display}; list them with "
+            "`agent-saga escalations`"
+        )
+    # Pass 2: that saga's records and the escalation's, as the full fold would see them.
+    saga_id, of_escalation = first.saga_id, _of_escalation(escalation)
+
+    def only(data: Mapping[str, Any]) -> bool:
+        return data.get("saga") == saga_id or of_escalation(data)
+
+    fold = SagaFold()
+    fold.feed(store.scan(decryptor=encryptor), only=only)  # without holding the lock
     writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
-        fold.feed(x.read_from(fold.position))  # then only what was appended meanwhile
+        fold.feed(x.read_from(fold.position), only=only)  # then what was appended meanwhile
         found = {e.escalation: e for e in fold.open_escalations()}.get(escalation)
         if found is None:
             raise SagaUsageError(

@@ -25,9 +25,39 @@ Rules (``docs/log-format.md`` §2 is normative):
   which recovery resolves or escalates instead of trusting).
 
 Memory: with ``forget_terminal=True`` a saga's detail is dropped as soon as its
-``saga_end`` is applied, keeping only id, status and end time, so memory grows with
-live sagas and open escalations, not with the size of the log. A saga's approval
-requests are dropped with its detail (nobody waits for an answer once it ended).
+``saga_end`` is applied, keeping only id, status and end time (a *summary*), so memory
+grows with live sagas, open escalations and one summary per ended saga. A saga's
+approval requests are dropped with its detail (nobody waits for an answer once it
+ended).
+
+Bounded mode (``forget_terminal=True, remember_ended=False``) keeps no summary either:
+memory then follows the live sagas and the open queues only, not the log. A finished
+saga is still never taken for a new one, without remembering its id, because every
+saga's records start with its ``saga_begin`` (writers write it before any other record
+of the saga, and compaction drops sagas whole). So a record of a saga the fold does not
+hold, other than ``saga_begin``, belongs to a saga that ended and was forgotten:
+
+* an ``escalated`` record goes to the human queue (as for any ended saga) and never
+  opens a saga;
+* the claim and undo records of an operator's retry are recognised by the retry they
+  carry out (the retry request and the open escalation are held);
+* anything else is an ``after_end`` anomaly (an inconsistency to report, not a saga
+  to recover).
+
+After ``corrupt`` damage a saga's ``saga_begin`` may have been lost, so from there on
+a record of a saga not held opens an ownerless saga, exactly as the whole-log fold
+would for a lost ``saga_begin`` (recovery escalates such a saga's steps instead of
+compensating them: fail closed) — except the records of a retry (a ``claim`` with
+``retry``, and undo or ``escalated`` records of a pending retry), which are matched to
+it as above.
+
+``on_settled`` (with ``forget_terminal``) streams: it is called with a saga's full view
+at the moment nothing can change it any more — at its ``saga_end`` when it has no open
+escalation, else when its last open escalation is resolved (until then an operator's
+retry may still undo a step, or a re-escalation change it; its detail is held). The
+only records that can still follow for such a saga are a fenced writer's late
+``escalated`` record and records no writer should write; they are counted in
+:attr:`SagaFold.late_records` so a reader that printed the saga can say so.
 """
 
 from __future__ import annotations
@@ -218,6 +248,20 @@ class SagaFold:
     Args:
         forget_terminal: Drop a saga's detail as soon as it ends (keep id, status and
             end time). Use it for processes that stream the log forever.
+        remember_ended: With ``forget_terminal``: keep that id, status and end time
+            (default). False is bounded mode (see the module docstring): memory follows
+            live sagas and open queues only; :meth:`get` then answers None for a saga
+            that ended and was forgotten.
+        keep_resolved: Keep resolved escalations of forgotten sagas too (what
+            ``escalations --all`` lists); by default only open ones survive forgetting.
+        keep_approvals: Keep the approval requests of sagas whose detail is dropped
+            (what ``approvals --all`` lists); by default they are dropped with it.
+        on_settled: Called with a saga's full view once it can no longer change (see
+            the module docstring), before its detail is dropped. Needs
+            ``forget_terminal``.
+
+    Raises:
+        ValueError: ``on_settled`` without ``forget_terminal``.
 
     Attributes:
         anomalies: Up to :data:`MAX_ANOMALIES` records the fold could not use.
@@ -226,10 +270,28 @@ class SagaFold:
         repairs: ``tail_repaired`` records: torn tails a writer cut off (not damage).
         position: End offset of the last record fed through :meth:`feed` (where to
             resume a scan).
+        late_records: Records applied to (or ignored for) sagas whose detail was
+            already dropped: what a reader that printed those sagas could not show.
+        late_examples: The first few of them, as ``(offset, saga id, record type)``.
     """
 
-    def __init__(self, *, forget_terminal: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        forget_terminal: bool = False,
+        remember_ended: bool = True,
+        keep_resolved: bool = False,
+        keep_approvals: bool = False,
+        on_settled: Callable[[SagaView], None] | None = None,
+    ) -> None:
+        if on_settled is not None and not forget_terminal:
+            raise ValueError("SagaFold(on_settled=...) needs forget_terminal=True")
         self._forget = forget_terminal
+        self._bounded = forget_terminal and not remember_ended
+        self._keep_resolved = keep_resolved
+        self._keep_approvals = keep_approvals
+        self._on_settled = on_settled
+        self._corrupt_seen = False
         self._live: dict[str, SagaView] = {}
         self._ended: dict[str, SagaView] = {}
         self._summaries: dict[str, tuple[str, float | None]] = {}
@@ -242,23 +304,47 @@ class SagaFold:
         self.damages: list[Damage] = []
         self.repairs: list[dict[str, Any]] = []
         self.position = 0
+        self.late_records = 0
+        self.late_examples: list[tuple[int, str, str]] = []
 
     # -- feeding ------------------------------------------------------------------
 
-    def feed(self, items: Iterable[Record | Damage]) -> None:
+    def feed(
+        self,
+        items: Iterable[Record | Damage],
+        *,
+        only: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
         """Apply a stream of reader items (records are applied, damages collected).
 
         Args:
             items: What :func:`agent_saga.wal.reader.scan` yields.
+            only: Apply only the records it accepts (the others are read past:
+                :attr:`position` still moves). A reader that needs one request or one
+                escalation folds only its records, in memory of their size.
         """
         from .reader import Damage
 
         for item in items:
             if isinstance(item, Damage):
                 self.damages.append(item)
+                self.note_damage(item)
                 continue
-            self.apply(item.data, item.offset)
+            if only is None or only(item.data):
+                self.apply(item.data, item.offset)
             self.position = max(self.position, item.end)
+
+    def note_damage(self, damage: Damage) -> None:
+        """Tell the fold about damage met before the next record (``feed`` does it).
+
+        After ``corrupt`` damage a saga's ``saga_begin`` may have been lost, so bounded
+        mode stops presuming that a record of an unknown saga belongs to a finished one.
+
+        Args:
+            damage: What the reader reported.
+        """
+        if damage.kind == "corrupt":
+            self._corrupt_seen = True
 
     def apply(self, record: Mapping[str, Any], offset: int) -> None:
         """Apply one record found at ``offset``. Never raises on bad input.
@@ -282,11 +368,20 @@ class SagaFold:
             unscoped(self, record, offset, ts)
             return
         saga_id: str = record["saga"]
-        if (saga_id in self._summaries or saga_id in self._ended) and self._after_end(
-            record, saga_id, offset, ts
+        view = self._live.get(saga_id) or self._ended.get(saga_id)
+        if view is None and (
+            saga_id in self._summaries
+            or (self._bounded and rtype != r.SAGA_BEGIN and self._presumed_ended(record, saga_id))
+        ):
+            self._late(record, saga_id, offset)
+            self._after_end(record, saga_id, offset, ts, forgotten=True)
+            return
+        if (
+            view is not None
+            and view.terminal
+            and self._after_end(record, saga_id, offset, ts, forgotten=False)
         ):
             return
-        view = self._live.get(saga_id) or self._ended.get(saga_id)
         if view is None:
             view = self._live[saga_id] = SagaView(saga_id, first_offset=offset)
         view.last_offset = offset
@@ -297,7 +392,28 @@ class SagaFold:
         if handler is not None:
             handler(self, view, record, offset, ts)
 
-    def _after_end(self, rec: Mapping[str, Any], saga_id: str, off: int, ts: Any) -> bool:
+    def _presumed_ended(self, rec: Mapping[str, Any], saga_id: str) -> bool:
+        """Bounded mode: whether a record of a saga not held belongs to a finished one."""
+        if not self._corrupt_seen:
+            return True  # every saga's records start with its saga_begin
+        rtype = rec["type"]
+        if rtype == r.CLAIM and "retry" in rec:
+            return True  # only ever written for an operator's retry, after saga_end
+        if rtype == r.ESCALATED:
+            retry = self._retries.get(rec["escalation"])
+            return retry is not None and retry.outcome is None  # the retry failed again
+        return self._retry_for(rec, saga_id) is not None
+
+    def _late(self, rec: Mapping[str, Any], saga_id: str, off: int) -> None:
+        if rec["type"] == r.CLAIM and self._retry_for(rec, saga_id) is not None:
+            return  # a retry's claim never shows in a saga's view, forgotten or not
+        self.late_records += 1
+        if len(self.late_examples) < 10:
+            self.late_examples.append((off, saga_id, rec["type"]))
+
+    def _after_end(
+        self, rec: Mapping[str, Any], saga_id: str, off: int, ts: Any, *, forgotten: bool
+    ) -> bool:
         """A record for a saga that already ended; True when nothing more is to apply.
 
         Two writers may legitimately write after ``saga_end``: a fenced agent that
@@ -306,7 +422,6 @@ class SagaFold:
         (its claim and undo records). Anything else is an anomaly.
         """
         rtype = rec["type"]
-        forgotten = saga_id in self._summaries
         if rtype == r.ESCALATED:
             eid: str = rec["escalation"]
             retry = self._retries.get(eid)
@@ -320,7 +435,14 @@ class SagaFold:
             return forgotten
         retry = self._retry_for(rec, saga_id)
         if retry is None:
-            self._anomaly(off, "after_end", f"{rtype} record after saga_end of {saga_id}")
+            if forgotten and saga_id not in self._summaries:
+                detail = (
+                    f"{rtype} record of saga {saga_id}, which has no saga_begin before it "
+                    "(it ended and was forgotten, or the log is inconsistent)"
+                )
+            else:
+                detail = f"{rtype} record after saga_end of {saga_id}"
+            self._anomaly(off, "after_end", detail)
             return forgotten
         if rtype == r.CLAIM:
             retry.claim = ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts)
@@ -447,10 +569,10 @@ class SagaFold:
             a = self._approvals.get(rid)
             if a is not None:
                 a.saga_ended = True  # nobody waits for an answer any more
-        if self._forget:
-            self._drop_detail(v)
+        if self._forget and not (self._on_settled is not None and self._open_for(v)):
+            self._settle(v)
         else:
-            self._ended[v.saga_id] = v
+            self._ended[v.saga_id] = v  # held: an open escalation may still change it
 
     def _resolve(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         e = self._escalations.get(rec["escalation"])
@@ -462,7 +584,11 @@ class SagaFold:
         retry = self._retries.pop(e.escalation, None)
         if retry is not None and retry.outcome is None:
             retry.outcome = "resolved"
-        if e.saga_id in self._summaries:
+        held = self._ended.get(e.saga_id)
+        if held is not None and self._forget and not self._open_for(held):
+            del self._ended[e.saga_id]
+            self._settle(held)  # nothing open any more: it can no longer change
+        elif self._forgotten(e.saga_id) and not self._keep_resolved:
             del self._escalations[e.escalation]
 
     def _approval_requested(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
@@ -509,7 +635,7 @@ class SagaFold:
     def _approval_decided(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         a = self._approvals.get(rec["request"])
         if a is None:
-            if rec["saga"] not in self._summaries:  # forgotten with its saga: nothing to do
+            if not self._forgotten(rec["saga"]):  # forgotten with its saga: nothing to do
                 self._anomaly(off, "malformed", f"decision of unknown request {rec['request']}")
             return
         if a.decided:
@@ -519,14 +645,37 @@ class SagaFold:
 
     # -- memory control -----------------------------------------------------------
 
-    def _drop_detail(self, v: SagaView) -> None:
-        self._summaries[v.saga_id] = (v.status, v.ended)
+    def _open_for(self, v: SagaView) -> bool:
+        """Whether ``v`` has an open escalation (a retry or re-escalation may follow)."""
         for eid in v.escalations:
             e = self._escalations.get(eid)
-            if e is not None and e.resolved:
-                del self._escalations[eid]
-        for rid in self._saga_approvals.pop(v.saga_id, ()):
-            self._approvals.pop(rid, None)
+            if e is not None and not e.resolved:
+                return True
+        return False
+
+    def _forgotten(self, saga_id: str) -> bool:
+        """Whether the saga's detail was dropped (bounded mode: any saga not held)."""
+        if saga_id in self._summaries:
+            return True
+        return self._bounded and saga_id not in self._live and saga_id not in self._ended
+
+    def _settle(self, v: SagaView) -> None:
+        if self._on_settled is not None:
+            self._on_settled(v)
+        self._drop_detail(v)
+
+    def _drop_detail(self, v: SagaView) -> None:
+        if not self._bounded:
+            self._summaries[v.saga_id] = (v.status, v.ended)
+        if not self._keep_resolved:
+            for eid in v.escalations:
+                e = self._escalations.get(eid)
+                if e is not None and e.resolved:
+                    del self._escalations[eid]
+        rids = self._saga_approvals.pop(v.saga_id, ())
+        if not self._keep_approvals:
+            for rid in rids:
+                self._approvals.pop(rid, None)
 
     def forget_terminal(self, *, keep_summary: bool = True) -> int:
         """Drop the detail of every terminal saga held so far.
@@ -559,7 +708,8 @@ class SagaFold:
             saga_id: The saga's id.
 
         Returns:
-            The view, or None when the log never mentioned the saga.
+            The view, or None when the log never mentioned the saga (or, in bounded
+            mode, when it ended and was forgotten).
         """
         v = self._live.get(saga_id) or self._ended.get(saga_id)
         if v is not None:
@@ -590,7 +740,9 @@ class SagaFold:
                 yield view
 
     def is_terminal(self, saga_id: str) -> bool:
-        """Return True when ``saga_id`` has a ``saga_end`` record.
+        """Return True when ``saga_id`` has a ``saga_end`` record (held or summarised).
+
+        In bounded mode a forgotten saga is not known any more: False.
 
         Args:
             saga_id: The saga's id.

@@ -256,6 +256,14 @@ def run_level(
     return row
 
 
+def _migrated(url: str) -> str:
+    """Create the agent-saga log schema (``agent-saga db migrate``) before the runs."""
+    from agent_saga.wal.pg import migrate
+
+    migrate(url)
+    return url
+
+
 def run(
     url: str | None = None,
     *,
@@ -276,7 +284,7 @@ def run(
     with postgres(url) as server, tempfile.TemporaryDirectory(dir=directory) as tmp:
         out["server"] = server_settings(server)
         targets = {
-            "agent-saga": create_database(server, "agent_saga_bench"),
+            "agent-saga": _migrated(create_database(server, "agent_saga_bench")),
             "dbos": create_database(server, "dbos_bench"),
             "agent-saga-file": os.path.join(tmp, "bench.wal"),
         }

@@ -15,6 +15,7 @@ import asyncio
 import fcntl
 import json
 import os
+import time
 from typing import Any, TypedDict
 
 import anyio
@@ -23,8 +24,14 @@ from mcp.server.fastmcp import Context, FastMCP
 _args = argparse.ArgumentParser()
 _args.add_argument("--ledger", required=True)
 _args.add_argument("--http", type=int, default=0, help="serve Streamable HTTP on this port")
+_args.add_argument(
+    "--refunds-wait-for",
+    default="",
+    help="a file: refund records refund_waiting, then waits until the file exists",
+)
 _opts = _args.parse_args()
 LEDGER: str = _opts.ledger
+REFUND_GATE: str = _opts.refunds_wait_for
 
 mcp = FastMCP("ledger")
 
@@ -95,9 +102,22 @@ async def charge(
     return out
 
 
+def _wait_at_refund_gate(charge_id: str) -> None:
+    """With ``--refunds-wait-for FILE``: record ``refund_waiting``, then wait for FILE.
+
+    A test holds a rollback there while it checks what the client has seen; it
+    creates FILE to let the refund go on (the wait is bounded: 120 s)."""
+    _locked(lambda entries, append: append({"op": "refund_waiting", "charge": charge_id}))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(REFUND_GATE) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @mcp.tool()
 def refund(charge_id: str, idempotency_key: str = "") -> Refund:
     """Refund a charge (once: a second refund with another key is refused)."""
+    if REFUND_GATE:
+        _wait_at_refund_gate(charge_id)
 
     def do(entries: list[dict[str, Any]], append: Any) -> Refund:
         if not any(e["op"] == "charge" and e["id"] == charge_id for e in entries):

@@ -8,6 +8,7 @@ the server's ledger file, which every server process shares.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -17,7 +18,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,17 +104,22 @@ class Rig:
         path.write_text(textwrap.dedent(text), encoding="utf-8")
         return path
 
-    def server_command(self) -> list[str]:
-        return [sys.executable, str(SERVER), "--ledger", str(self.ledger_path)]
+    def server_command(self, *extra: str) -> list[str]:
+        return [sys.executable, str(SERVER), "--ledger", str(self.ledger_path), *extra]
 
     def proxy_args(
-        self, policy: Path | None = None, *, boundary: str = "session", observe: bool = False
+        self,
+        policy: Path | None = None,
+        *,
+        boundary: str = "session",
+        observe: bool = False,
+        server_args: Sequence[str] = (),
     ) -> list[str]:
         args = ["mcp", "--policy", str(policy or self.policy()), "--wal-path", self.wal]
         args += ["--boundary", boundary]
         if observe:
             args.append("--observe")
-        return [*args, "--", *self.server_command()]
+        return [*args, "--", *self.server_command(*server_args)]
 
     def params(self, *args: str, **kw: Any) -> StdioServerParameters:
         return StdioServerParameters(
@@ -264,6 +270,19 @@ def wait_for(check: Callable[[], Any], *, timeout: float = 30.0, what: str = "co
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+async def until(check: Callable[[], Any], *, seconds: float = 60.0, what: str = "condition") -> Any:
+    """:func:`wait_for` inside a test's event loop, which keeps running (the SDK client
+    goes on reading) while ``check`` is polled — it reads files other processes write,
+    so there is no event to await."""
+    try:
+        async with asyncio.timeout(seconds):
+            while not (value := check()):  # noqa: ASYNC110 (polls another process's file)
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+    return value
 
 
 def pid_alive(pid: int) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from mcp_rig import POLICY, Rig, text, wait_for
+from mcp_rig import POLICY, Rig, text, until, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +36,34 @@ async def test_server_dying_before_the_effect_is_resolved_as_no_effect(rig: Rig)
     [run] = rig.runs()
     assert run["outcome"] == "rolled_back"
     assert rig.escalations() == []  # the lookup said "not found": nothing to undo, no human
+
+
+async def test_the_call_the_server_died_in_is_answered_only_once_the_rollback_is_done(
+    rig: Rig,
+) -> None:
+    # A client that has its answer closes the session, and the SDK's client kills the
+    # proxy 4 s later (stdin closed, 2 s, SIGTERM to its group, 2 s, SIGKILL): a rollback
+    # that starts fresh servers must be finished before that answer goes out, or it is
+    # cut short. Here every refund waits at a gate the test opens, so the rollback is
+    # as slow as the test wants, with no timing assumed.
+    gate = rig.tmp / "refunds-may-run"
+    async with rig.client(*rig.proxy_args(server_args=("--refunds-wait-for", str(gate)))) as s:
+        await s.call_tool("charge", {"customer": "c1", "amount": 100})
+        lost = asyncio.ensure_future(
+            s.call_tool("charge", {"customer": "c1", "amount": 200, "crash": "after"})
+        )
+        [waiting] = await until(lambda: rig.ops("refund_waiting"), what="the rollback's refund")
+        assert waiting["charge"] == "ch_2"  # newest first: the call the server died in
+        assert not lost.done()  # the client still waits, so it cannot shut the proxy down
+        gate.touch()
+        answer = await lost
+        # The moment the client has its answer, the rollback is complete.
+        assert sorted(r["charge"] for r in rig.ops("refund")) == ["ch_1", "ch_2"]
+    assert answer.isError
+    assert "exited" in text(answer)
+    [run] = rig.runs()
+    assert run["outcome"] == "rolled_back"
+    assert rig.escalations() == []
 
 
 async def test_unknown_outcome_without_a_resolver_is_escalated_not_guessed(rig: Rig) -> None:

@@ -22,6 +22,12 @@ committed when the client closes stdin with no call in flight while its process 
 still alive, rolled back otherwise (a call in flight, the client's process gone, a
 signal, the server's death). ``explicit`` adds ``saga_begin`` / ``saga_commit`` /
 ``saga_rollback``; a saga still open when the session ends is rolled back.
+
+Once the session is known to end in a rollback, the answers to the calls still in
+flight are held back until the rollback is finished: a client that has all its
+answers closes the session, and MCP clients stop a server that does not exit soon
+after (the SDK's ``stdio_client``: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL), which
+would cut short a rollback that has to start fresh servers.
 """
 
 from __future__ import annotations
@@ -194,6 +200,7 @@ class Proxy:
         self._calls: dict[J.IdKey, CallContext] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop: asyncio.Future[str] | None = None
+        self._held: list[bytes] | None = None  # answers held back during a rollback
         self._ppid = os.getppid()
         self._gate_policies = self._policies()
         self._approver = self._make_approver()
@@ -251,8 +258,30 @@ class Proxy:
         self._end_with(f"signal {signal.Signals(sig).name}")
 
     def _end_with(self, reason: str) -> None:
+        # Every reason given here (a signal, the server's death, a lost lease) ends the
+        # session without a commit: hold the answers from now on, before any call in
+        # flight can learn of it (the server's futures fail after this returns).
+        self._hold_answers()
         if self._stop is not None and not self._stop.done():
             self._stop.set_result(reason)
+
+    def _hold_answers(self) -> None:
+        """Keep answers to the client back until :meth:`_release_answers` (the rollback's end)."""
+        if self._held is None:
+            self._held = []
+
+    async def _answer(self, line: bytes) -> None:
+        """Send the answer to a client request, or hold it while the saga rolls back."""
+        if self._held is not None:
+            self._held.append(line)
+            return
+        await self.io.write(line)
+
+    async def _release_answers(self) -> None:
+        """The rollback is over: send what was held back, and stop holding."""
+        held, self._held = self._held or [], None
+        for line in held:
+            await self.io.write(line)
 
     def _server_gone(self) -> None:
         self._end_with("server")
@@ -364,13 +393,13 @@ class Proxy:
         try:
             raw, msg = await fut
         except McpServerExited:
-            await self.io.write(J.error_response(rid, -32603, "the MCP server exited"))
+            await self._answer(J.error_response(rid, -32603, "the MCP server exited"))
             return
         if method == "tools/list":
             raw = self._adjust_list(raw, msg, first_page)
         elif self.config.boundary == "explicit" and self.config.observer is None:
             raw = _with_tools_capability(raw, msg)
-        await self.io.write(raw)
+        await self._answer(raw)
 
     # -- server -> client ------------------------------------------------------------
 
@@ -450,7 +479,7 @@ class Proxy:
         finally:
             self._calls.pop(J.id_key(call.rid), None)
         if line is not None:
-            await self.io.write(line)
+            await self._answer(line)
 
     async def _step(self, call: CallContext) -> bytes | None:
         name, rid = call.name, call.rid
@@ -587,8 +616,11 @@ class Proxy:
                 why = "the MCP server exited"
             else:
                 why = reason
+            if not commit:
+                self._hold_answers()
             summary = await current.end(commit, why)
             _say(summary.text() + (f" (because {why})" if why else ""))
+        await self._release_answers()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=10)
         forget_live(self.session)

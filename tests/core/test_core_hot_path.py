@@ -36,9 +36,7 @@ CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 
 @pytest.mark.parametrize("fn", [_kw_only, _two, _three])
 @pytest.mark.parametrize("wants_key", [False, True])
-def test_positional_calls_bind_like_signature_bind(
-    fn: Callable[..., Any], wants_key: bool
-) -> None:
+def test_positional_calls_bind_like_signature_bind(fn: Callable[..., Any], wants_key: bool) -> None:
     sig = inspect.signature(fn)
     common: dict[str, Any] = {
         "name": "t",

@@ -16,7 +16,6 @@ public names are re-exported here.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import errno
 import fcntl
@@ -24,13 +23,13 @@ import os
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from .._crash import crashpoint, is_armed
 from ..errors import LeaseLost, SagaUsageError, WALError, WALFull, WALWriteFailed
 from ._batch import WriterIO, WriterStats, _Batch, _fresh, _resolve
+from ._writers import Registry
 from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
@@ -205,7 +204,7 @@ class WALWriter:
         )
         self._flusher.start()
         self._renewer.start()
-        _all_writers.add(self)
+        _writers.track(self)
 
     # ------------------------------------------------------------------ public API
 
@@ -415,7 +414,7 @@ class WALWriter:
         with self._io_lock, contextlib.suppress(OSError):
             os.close(self._fd)
         self._plock.close()
-        _forget(self)
+        _writers.forget(self)
         self._raise_unreported()
 
     @contextlib.contextmanager
@@ -871,9 +870,7 @@ class WALWriter:
 
 # ---------------------------------------------------------------------- registry
 
-_registry: dict[str, WALWriter] = {}
-_registry_lock = threading.Lock()
-_all_writers: weakref.WeakSet[WALWriter] = weakref.WeakSet()
+_writers: Registry[WALWriter] = Registry()
 
 
 def open_writer(
@@ -908,20 +905,18 @@ def open_writer(
         OSError: the WAL cannot be created.
     """
     key = _canonical(path)
-    with _registry_lock:
-        w = _registry.get(key)
-        if w is None or w._closed:
-            w = WALWriter(
-                key,
-                encryptor=encryptor,
-                lease_seconds=lease_seconds,
-                queue_limit=queue_limit,
-                backpressure=backpressure,
-                block_timeout=block_timeout,
-                log_format=log_format,
-            )
-            _registry[key] = w
-        return w
+    return _writers.shared(
+        key,
+        lambda: WALWriter(
+            key,
+            encryptor=encryptor,
+            lease_seconds=lease_seconds,
+            queue_limit=queue_limit,
+            backpressure=backpressure,
+            block_timeout=block_timeout,
+            log_format=log_format,
+        ),
+    )
 
 
 _canonical_paths: dict[str | tuple[str, str], str] = {}
@@ -948,35 +943,7 @@ def encryptor_of_open_writer(path: str | os.PathLike[str]) -> tuple[bool, Encryp
     Lets what lives beside a log (the snapshot store) use the same key as the
     log's writer, also when the key was passed in code rather than by environment.
     """
-    with _registry_lock:
-        w = _registry.get(_canonical(path))
-    if w is None or w._closed:
+    w = _writers.get(_canonical(path))
+    if w is None:
         return False, None
     return True, w._encryptor
-
-
-def _forget(writer: WALWriter) -> None:
-    with _registry_lock:
-        for k, v in list(_registry.items()):
-            if v is writer:
-                del _registry[k]
-
-
-def _after_fork_in_child() -> None:
-    # The child has none of the parent's threads; its writers must never be used
-    # (their locks may be held by a thread that no longer exists).
-    global _registry_lock
-    _registry_lock = threading.Lock()
-    for w in list(_all_writers):
-        w._defunct = True
-    _registry.clear()
-
-
-def _close_all_at_exit() -> None:
-    for w in list(_all_writers):
-        with contextlib.suppress(Exception):
-            w.close()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_close_all_at_exit)

@@ -24,20 +24,19 @@ anything else means it is not in the log (``PgWriteFailed``). ``docs/log-format.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import os
 import socket
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from ..._crash import crashpoint
 from ...errors import LeaseLost, SagaUsageError, WALError, WALFull
 from .._batch import WriterStats, _Batch
+from .._writers import Registry
 from ..format import Encryptor, encode_record
 from ..records import ESCALATED
 from ..tail import header_record
@@ -223,7 +222,7 @@ class PgWriter:
         )
         self._flusher.start()
         self._renewer.start()
-        _all_writers.add(self)
+        _writers.track(self)
 
     def __repr__(self) -> str:
         return f"PgWriter({self.path!r}, owner={self.owner[:8]})"
@@ -396,7 +395,7 @@ class PgWriter:
                 with contextlib.suppress(Exception):
                     c.close()
         self._conn = self._xconn = self._rconn = None
-        _forget(self)
+        _writers.forget(self)
         self._raise_unreported()
 
     @contextlib.contextmanager
@@ -814,9 +813,7 @@ class PgWriter:
 
 # ---------------------------------------------------------------------- registry
 
-_registry: dict[str, PgWriter] = {}
-_registry_lock = threading.Lock()
-_all_writers: weakref.WeakSet[PgWriter] = weakref.WeakSet()
+_writers: Registry[PgWriter] = Registry()
 
 
 def open_pg_writer(
@@ -841,36 +838,7 @@ def open_pg_writer(
     Raises:
         As :class:`PgWriter`.
     """
-    with _registry_lock:
-        w = _registry.get(loc.key)
-        if w is None or w.closed:
-            w = PgWriter(loc, encryptor=encryptor, lease_seconds=lease_seconds, **options)
-            _registry[loc.key] = w
-        return w
-
-
-def _forget(writer: PgWriter) -> None:
-    with _registry_lock:
-        for k, v in list(_registry.items()):
-            if v is writer:
-                del _registry[k]
-
-
-def _after_fork_in_child() -> None:
-    # The child has none of the parent's threads, and must never use the parent's
-    # sessions (two processes on one socket would corrupt the protocol stream).
-    global _registry_lock
-    _registry_lock = threading.Lock()
-    for w in list(_all_writers):
-        w._defunct = True
-    _registry.clear()
-
-
-def _close_all_at_exit() -> None:
-    for w in list(_all_writers):
-        with contextlib.suppress(Exception):
-            w.close()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_close_all_at_exit)
+    return _writers.shared(
+        loc.key,
+        lambda: PgWriter(loc, encryptor=encryptor, lease_seconds=lease_seconds, **options),
+    )

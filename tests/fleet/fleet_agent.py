@@ -5,7 +5,8 @@ records carry it), ``sagas`` (how many to run, one after another), ``steps`` (ch
 per saga), ``fail_every`` (every n-th saga raises after its steps: rolled back
 in-process), ``lease`` (seconds), ``skew`` (seconds added to this process's
 ``time.time``: a host whose clock is off), ``hold`` (after the first step of the
-first saga, print "holding" and block on stdin), ``seed``.
+first saga, print "holding" and block on stdin), ``pause_after_error`` (seconds to
+wait after a saga failed, before the next one).
 
 Prints one JSON line per saga: ``{"saga": id, "outcome": ...}`` once the outcome is
 known (``committed`` only after the ``saga_end`` record is durable), or
@@ -62,9 +63,11 @@ def main() -> int:
         except Hallucination:
             print(json.dumps({"saga": sid, "outcome": "rolled_back"}), flush=True)
         except SagaError as exc:
+            time.sleep(float(CFG.get("pause_after_error", 0)))  # an agent retries later
             kinds = [c.__name__ for c in type(exc).__mro__]
             print(json.dumps({"saga": sid, "error": kinds, "detail": str(exc)}), flush=True)
         except Exception as exc:  # the service (the ledger database) failed the call
+            time.sleep(float(CFG.get("pause_after_error", 0)))
             print(json.dumps({"saga": sid, "service_error": type(exc).__name__}), flush=True)
     return 0
 

@@ -102,4 +102,7 @@ def test_what_the_process_keeps_while_the_index_loads_is_not_counted(tmp_path: P
     noisy = _held_by_index(wal, during=grow_the_interned_table).bytes
     assert len(kept) == 200_000
     assert quiet > 0
-    assert abs(noisy - quiet) < 16 * 1024, (quiet, noisy)  # the same index, the same bytes
+    # The same index: within a small factor of the quiet figure (what dropping the index
+    # frees varies by tens of KiB with the allocator's state), never the megabytes
+    # the interned table's growth would add (22 MB measured the old way).
+    assert noisy < 2 * quiet + 64 * 1024, (quiet, noisy)

@@ -373,10 +373,16 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     archive: bool | str = False if args.no_archive else args.archive
-    report = _wal_path(args).compact(
-        archive=archive,
-        retain_seconds=args.retain_seconds,
-        force=args.force,
+    store = _wal_path(args)
+    layout: dict[str, int] = {}
+    if args.log_format is not None:
+        if not isinstance(store, FileStore):
+            raise SagaUsageError(
+                f"--format picks a WAL file's layout; {store.display} is a {store.kind} log"
+            )
+        layout["log_format"] = args.log_format
+    report = store.compact(
+        archive=archive, retain_seconds=args.retain_seconds, force=args.force, **layout
     )
     if args.json:
         data = asdict(report)
@@ -638,6 +644,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.add_argument(
         "--force", action="store_true", help="compact despite damage (damaged bytes saved aside)"
+    )
+    compact.add_argument(
+        "--format",
+        dest="log_format",
+        type=int,
+        choices=(1, 2),
+        default=None,
+        help="rewrite a WAL file in layout 1 (append + fsync) or 2 (preallocated, the "
+        "default for new logs; docs/log-format.md §11); default: keep its layout",
     )
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
     compact.set_defaults(handler=_cmd_compact)

@@ -543,11 +543,11 @@ def _concurrency(p: Params, directory: str) -> dict[str, Any]:
 # --- peers ------------------------------------------------------------------------------
 
 
-def _peers(p: Params, directory: str, ours_ms: float) -> dict[str, Any]:
-    out: dict[str, Any] = {"compared_with": "agent-saga durable.sync p50 (sync, like the peers)"}
-    sq = run_sqlite(directory, p.peer_samples)
-    sq["ratio"] = round(ours_ms / sq["p50_ms"], 3)
-    out["sqlite"] = sq
+PEER_ROUNDS = 3  # DBOS and agent-saga alternate, so a slow-disk minute hits both
+
+
+def _dbos_round(directory: str, samples: int) -> dict[str, Any]:
+    """One DBOS block in its own process (its SQLite system database in ``directory``)."""
     cmd = [
         sys.executable,
         os.path.join(HERE, "_peers.py"),
@@ -555,21 +555,58 @@ def _peers(p: Params, directory: str, ours_ms: float) -> dict[str, Any]:
         "--dir",
         directory,
         "--samples",
-        str(p.peer_samples),
+        str(samples),
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
     except subprocess.TimeoutExpired:
-        out["dbos"] = {"skipped": "DBOS run timed out after 240 s"}
-        return out
+        return {"skipped": "DBOS run timed out after 240 s"}
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        out["dbos"] = {"skipped": f"DBOS run failed: {tail[0][:300]}"}
-        return out
-    dbos: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "step" in dbos:
-        dbos["ratio"] = round(ours_ms / dbos["step"]["p50_ms"], 3)
-        dbos["speedup"] = round(dbos["step"]["p50_ms"] / ours_ms, 2)
+        return {"skipped": f"DBOS run failed: {tail[0][:300]}"}
+    found: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return found
+
+
+def _ours_round(directory: str, samples: int) -> float:
+    """The same sync durable step as ``durable.sync``, p50 in ms, on a fresh WAL."""
+    with tempfile.TemporaryDirectory(dir=directory) as d:
+        lat: list[int] = []
+        with gc_paused():
+            _durable_sync_chunk(os.path.join(d, "peer.wal"), samples, lat)
+        return float(summarise(lat, "ms")["p50_ms"])
+
+
+def _peers(p: Params, directory: str, ours_ms: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"compared_with": "agent-saga durable.sync p50 (sync, like the peers)"}
+    sq = run_sqlite(directory, p.peer_samples)
+    sq["ratio"] = round(ours_ms / sq["p50_ms"], 3)
+    out["sqlite"] = sq
+    # DBOS in PEER_ROUNDS blocks, each followed by a block of ours of the same size: the
+    # ratio is the median of the per-round ratios, so a slow minute of the disk lands
+    # on both sides of one round rather than on one side of the comparison.
+    per_round = max(p.peer_samples // PEER_ROUNDS, 50)
+    rounds: list[dict[str, Any]] = []
+    for _ in range(PEER_ROUNDS):
+        dbos = _dbos_round(directory, per_round)
+        if "step" not in dbos:
+            out["dbos"] = dbos
+            return out
+        rounds.append({"dbos": dbos, "ours_p50_ms": _ours_round(directory, per_round)})
+    ratios = sorted(r["ours_p50_ms"] / r["dbos"]["step"]["p50_ms"] for r in rounds)
+    ratio = ratios[len(ratios) // 2]
+    middle = rounds[[r["ours_p50_ms"] / r["dbos"]["step"]["p50_ms"] for r in rounds].index(ratio)]
+    dbos = dict(middle["dbos"])
+    dbos["ratio"] = round(ratio, 3)
+    dbos["speedup"] = round(1 / ratio, 2)
+    dbos["rounds"] = [
+        {
+            "dbos_p50_ms": r["dbos"]["step"]["p50_ms"],
+            "ours_p50_ms": round(r["ours_p50_ms"], 4),
+            "ratio": round(r["ours_p50_ms"] / r["dbos"]["step"]["p50_ms"], 3),
+        }
+        for r in rounds
+    ]
     out["dbos"] = dbos
     return out
 
@@ -705,6 +742,11 @@ def table(result: dict[str, Any]) -> str:
             f"{db['step']['p99_ms']:.3f} ms; one-step workflow p50 "
             f"{db['one_step_workflow']['p50_ms']:.3f} ms  agent-saga/dbos = {db['ratio']:.2f} "
             f"({db['speedup']:.1f}x faster)"
+        )
+        lines.append(
+            "    interleaved rounds (dbos/ours p50 ms): "
+            + ", ".join(f"{r['dbos_p50_ms']:.3f}/{r['ours_p50_ms']:.3f}" for r in db["rounds"])
+            + "; the ratio is the median round's"
         )
     lines.append(hot_table(result["durable"]["hot_path"]))
     lines += ["", "targets (docs/performance.md)"]

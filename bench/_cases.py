@@ -2,7 +2,7 @@
 
 - ``kwargs``     one sync COMPENSABLE step whose kwarg is 1 KiB / 16 KiB of ordinary
                  text (words, punctuation, a URL without credentials: what the secret
-                 scanner must clear), against a floor of two O_APPEND write + fsync of
+                 scanner must clear), against the best-of-two floor (``_floor.py``) of
                  that step's real INTENT and COMMITTED frames, interleaved in chunks.
 - ``one_step``   whole-saga latency of a one-step saga (begin, one step, end; sync and
                  async) and throughput of one-step sagas at 256 concurrent asyncio tasks.
@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from _floor import Floors, best_floor
 from _stats import gc_paused, monotonic_deadline, summarise
 
 from agent_saga import ActionSemantics, Compensation, saga, tool
@@ -87,31 +88,20 @@ def _kwargs_case(directory: str, size: int, samples: int, chunk: int) -> dict[st
     warm: list[int] = []
     ours(20, warm)
     intent, committed = _last_frames(path)
-    fd = os.open(
-        os.path.join(directory, f"floor-{size}.bin"),
-        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-        0o600,
-    )
+    floors = Floors(directory)
     step_ns: list[int] = []
-    floor_ns: list[int] = []
     try:
         done = 0
         while done < samples:
             n = min(chunk, samples - done)
             with gc_paused():
                 ours(n, step_ns)
-                for _ in range(n):
-                    t0 = pc()
-                    os.write(fd, intent)
-                    os.fsync(fd)
-                    os.write(fd, committed)
-                    os.fsync(fd)
-                    floor_ns.append(pc() - t0)
+                floors.chunk(intent, committed, n)
             done += n
     finally:
-        os.close(fd)
+        floors.close()
     step = summarise(step_ns, "ms")
-    floor = summarise(floor_ns, "ms")
+    floor = best_floor(floors, intent, committed)
     return {
         "kwarg_bytes": size,
         "step": step,

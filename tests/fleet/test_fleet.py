@@ -119,7 +119,7 @@ def test_a_host_whose_clock_is_minutes_off_is_neither_orphaned_early_nor_keeps_a
     # Stopped: its lease runs out on the database's clock, and a daemon takes over.
     agent.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(2.5)
+        # --wait waits until the stopped owner's lease has run out on the database clock.
         events = fleet.recover("--wait=10", "--claim-seconds", "3")
         assert [e["event"] for e in events if e["event"] in ("claimed", "compensated")] == [
             "claimed",

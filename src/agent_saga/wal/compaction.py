@@ -133,13 +133,13 @@ def _flock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
 
 
 @contextlib.contextmanager
-def _append_lock(wal_path: str) -> Iterator[None]:
+def _append_lock(wal_path: str) -> Iterator[ProcessLock]:
     # The writers' own lock (flock on <wal>.d/lock). flock belongs to an open file
     # description, so a fresh ProcessLock also excludes this process's writers.
     lock = ProcessLock(wal_path)
     try:
         with lock:
-            yield
+            yield lock
     finally:
         lock.close()
 
@@ -317,7 +317,7 @@ def compact(
                 _copy_pass(path, 0, boundary, decryptor, drop, esc_saga, keep, lose, report)
                 _check_damage(path, report, force)
                 locked_at = time.monotonic()
-                with _append_lock(path):
+                with _append_lock(path) as append_lock:
                     ident = _stat(path)
                     if ident is None or ident[0] != inode:
                         raise WALError(f"{path} was replaced during compaction; retry", path=path)
@@ -338,6 +338,7 @@ def compact(
                         used = report.bytes_after
                         write_zeros(tmp.fileno(), used, extended_size(used, used + 1))
                     _sync(tmp)
+                    append_lock.bump_generation()  # writers reopen the path (§5)
                     os.replace(tmp_path, path)
                     report.replaced = True
                     fsync_dir(os.path.dirname(os.path.abspath(path)))

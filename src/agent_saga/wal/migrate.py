@@ -90,14 +90,16 @@ def encrypt_log(path: str | os.PathLike[str], encryptor: Encryptor) -> EncryptRe
                 report.already = True
             else:
                 report.bytes_before = data_end(wal)
-                _rewrite(wal, encryptor, report, fmt)
+                _rewrite(wal, encryptor, report, fmt, lock)
         report.snapshots = _seal_snapshots(wal, encryptor)
     finally:
         lock.close()
     return report
 
 
-def _rewrite(wal: str, encryptor: Encryptor, report: EncryptReport, fmt: int) -> None:
+def _rewrite(
+    wal: str, encryptor: Encryptor, report: EncryptReport, fmt: int, lock: ProcessLock
+) -> None:
     tmp = wal + ".encrypt.tmp"
     try:
         with open(tmp, "wb") as out:
@@ -121,6 +123,7 @@ def _rewrite(wal: str, encryptor: Encryptor, report: EncryptReport, fmt: int) ->
                 used = report.bytes_after
                 write_zeros(out.fileno(), used, extended_size(used, used + 1))
             os.fsync(out.fileno())
+        lock.bump_generation()  # writers reopen the path (docs/log-format.md §5)
         os.replace(tmp, wal)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

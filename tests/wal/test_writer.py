@@ -366,6 +366,34 @@ def test_steady_appends_stat_the_log_only_in_the_append_layout(
     assert _records(wal) == [rec(i) for i in range(21)]
 
 
+def test_writers_taking_turns_follow_each_other_without_stat_in_the_preallocated_layout(
+    wal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two writers (two open files, as two processes would have) alternate batches:
+    # each follows the other's frames from the end of its own last batch.
+    a, b = WALWriter(wal, log_format=2), WALWriter(wal)
+    a.append(rec(0))
+    b.append(rec(1))
+    real_fstat = os.fstat
+    logs = {a._fd, b._fd}
+    stats: list[int] = []
+
+    def counting_fstat(fd: int) -> os.stat_result:
+        if fd in logs:
+            stats.append(fd)
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", counting_fstat)
+    for i in range(2, 42):
+        (a if i % 2 == 0 else b).append(rec(i))
+    monkeypatch.undo()
+    assert stats == []
+    a.close()
+    b.close()
+    assert _records(wal) == [rec(i) for i in range(42)]
+    assert not [i for i in scan(wal) if isinstance(i, Damage)]
+
+
 def test_open_writer_shares_one_instance_and_close_is_idempotent(wal: str) -> None:
     w1 = open_writer(wal)
     w2 = open_writer(os.path.join(os.path.dirname(wal), ".", os.path.basename(wal)))

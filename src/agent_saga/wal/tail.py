@@ -59,6 +59,7 @@ __all__ = [
     "data_end",
     "extended_size",
     "find_end",
+    "follow_frames",
     "header_record",
     "log_format",
     "read_mode",
@@ -232,6 +233,40 @@ def find_end(fd: int, *, start: int | None = None, fmt: int = FORMAT_APPEND) -> 
     if data == pos:
         return TailState(pos, pos, "clean")
     return TailState(pos, data, _classify_rest(fd, pos, data))
+
+
+def follow_frames(fd: int, start: int, limit: int) -> int | None:
+    """Format 2, for writers: follow valid frames from ``start`` to the zeros after them.
+
+    What a writer does before each batch (``docs/log-format.md`` §5, §11.2): from
+    the end of its own last batch it reads only what other writers appended since,
+    and it stats nothing.
+
+    Args:
+        fd: A readable descriptor of a format-2 log.
+        start: A frame boundary (the end of the caller's last batch).
+        limit: A size the file is known to have at least.
+
+    Returns:
+        The offset of the first frame header that is all zeros (``start`` when
+        nobody wrote since), or None when anything else comes first — a frame that
+        is not valid or crosses ``limit``; the caller then runs :func:`find_end`
+        against the file's real size.
+    """
+    pos = start
+    zeros = _ZEROS[:HEADER_SIZE]
+    while pos + HEADER_SIZE <= limit:
+        head = _pread(fd, HEADER_SIZE, pos)
+        if head == zeros:
+            return pos
+        status, kind, length, crc, _ = check_header(head)
+        end = pos + HEADER_SIZE + length
+        if status != "ok" or end > limit:
+            return None
+        if not frame_crc_ok(kind, length, crc, _pread(fd, length, pos + HEADER_SIZE)):
+            return None
+        pos = end
+    return None
 
 
 def _last_nonzero_end(fd: int, floor: int, size: int) -> int:

@@ -1,0 +1,113 @@
+"""``sync_on_loop``: small batches written on the event loop's thread, big ones not."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from agent_saga import ActionSemantics, Compensation, saga, tool
+from agent_saga.errors import SagaUsageError, WALWriteFailed
+from agent_saga.wal import Record, WALWriter, WriterIO, open_writer, scan
+
+from ._util import rec
+
+
+def _records(path: str | Path) -> list[dict[str, object]]:
+    return [i.data for i in scan(path) if isinstance(i, Record) and not i.meta]
+
+
+def _undo(charge: str) -> None:
+    """Never run: these sagas commit."""
+
+
+@tool(
+    semantics=ActionSemantics.COMPENSABLE,
+    compensate=lambda r: Compensation(fn=_undo, kwargs={"charge": r}),
+    name="test.sync_on_loop.charge",
+)
+async def charge(amount: int) -> str:
+    """A COMPENSABLE async tool."""
+    return f"ch_{amount}"
+
+
+def test_a_lone_async_saga_hands_nothing_to_the_flusher_thread(tmp_path: Path) -> None:
+    path = str(tmp_path / "loop.wal")
+    writer = open_writer(path, sync_on_loop=True)
+    synced_on: set[int] = set()
+
+    def fdatasync(fd: int) -> None:
+        synced_on.add(threading.get_ident())
+        os.fdatasync(fd)
+
+    writer._io = WriterIO(fdatasync=fdatasync)
+
+    async def main() -> int:
+        async with saga(wal_path=path, name="lone"):
+            for i in range(5):
+                await charge(i)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert writer.stats.wakeups == 0
+    assert synced_on == {loop_thread}
+    types = [r["type"] for r in _records(path)]
+    assert types.count("intent") == types.count("committed") == 5
+    assert types[0] == "saga_begin"
+    assert types[-1] == "saga_end"
+    writer.close()
+
+
+def test_concurrent_sagas_still_share_fsyncs_on_the_flusher(tmp_path: Path) -> None:
+    path = str(tmp_path / "busy.wal")
+    writer = open_writer(path, sync_on_loop=True)
+
+    async def one(k: int) -> None:
+        async with saga(wal_path=path, name=f"busy-{k}"):
+            for i in range(4):
+                await charge(i)
+
+    async def main() -> None:
+        await asyncio.gather(*(one(k) for k in range(64)))
+
+    asyncio.run(main())
+    records = writer.stats.records_written
+    assert records == 64 * (1 + 4 * 2 + 1)
+    assert writer.stats.fsyncs * 4 < records  # batches, not one sync per record
+    assert writer.stats.wakeups > 0  # the big batches went to the flusher thread
+    writer.close()
+
+
+def test_an_inline_write_that_fails_raises_and_acknowledges_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "fail.wal")
+    fail = threading.Event()
+
+    def write(fd: int, data: memoryview) -> int:
+        if fail.is_set():
+            raise OSError(5, "Input/output error")
+        return os.write(fd, data)
+
+    w = WALWriter(path, sync_on_loop=True, _io=WriterIO(write=write))
+
+    async def main() -> None:
+        await w.append_async(rec(0))
+        fail.set()
+        with pytest.raises(WALWriteFailed, match="not durable"):
+            await w.append_async(rec(1))
+        fail.clear()
+        await w.append_async(rec(2))
+
+    asyncio.run(main())
+    assert w.stats.failed_batches == 1
+    assert w.stats.wakeups == 0
+    w.close()
+    assert [r["step"] for r in _records(path)] == [0, 2]
+
+
+def test_sync_on_loop_must_be_a_bool(tmp_path: Path) -> None:
+    with pytest.raises(SagaUsageError, match="sync_on_loop"):
+        WALWriter(str(tmp_path / "x.wal"), sync_on_loop="yes")  # type: ignore[arg-type]
+    assert not (tmp_path / "x.wal").exists()

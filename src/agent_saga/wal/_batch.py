@@ -67,13 +67,37 @@ class WriterStats:
     wakeups: int = 0
 
 
+class _Latch:
+    """A one-shot event made of one lock: ``set`` once, ``wait`` any number of times.
+
+    A ``threading.Event`` builds a Condition and two locks; a batch is made for
+    every group commit, so its latch is one ``allocate_lock`` (the lock is held
+    until the batch is done; each waiter takes and hands it back in turn).
+    """
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        """Release every waiter, present and future (call once)."""
+        self._lock.release()
+
+    def wait(self) -> None:
+        """Block until :meth:`set` was called."""
+        self._lock.acquire()
+        self._lock.release()
+
+
 class _Batch:
     """Everything submitted between two flushes, and whoever waits for it."""
 
     __slots__ = ("done", "error", "event", "frames", "leader", "loops", "unwaited")
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.event = _Latch()
         self.frames: list[bytes] = []
         self.leader = 0  # thread id of a sync caller that writes this batch itself
         self.error: BaseException | None = None

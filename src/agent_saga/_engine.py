@@ -63,6 +63,13 @@ __all__ = [
     "reversible_gate",
     "rollback_protocol",
     "settle_protocol",
+    "commit_record",
+    "fenced_escalation",
+    "forward_failed",
+    "forward_kwargs",
+    "goes_straight",
+    "intent_record",
+    "new_durable_step",
     "step_protocol",
 ]
 
@@ -296,13 +303,12 @@ def step_protocol(
     gate → INTENT (fsync) → call → factory → COMMITTED (fsync). A call that raised
     is recorded with its outcome (``no_effect`` if the tool declared the exception
     type harmless, else ``unknown``); unknown attempts join the unwind list.
+    ``_runtime.straight_step_async`` drives the same pieces (:func:`new_durable_step`,
+    :func:`intent_record`, :func:`forward_failed`, :func:`commit_record`) without
+    a generator for the common case (:func:`goes_straight`).
     """
     run = scope.run
-    step = Step(run.next_step_id(), spec, scope)
-    step.kwargs = jsonable(spec.bind(args, kwargs))
-    step.durable = True
-    step.unknown_attempts = []
-    step.idempotency_key = R.idempotency_key(run.id, step.id)
+    step = new_durable_step(scope, spec, jsonable(spec.bind(args, kwargs)))
 
     # The gate. Refusals and approvers' decisions are recorded as ``gate`` records;
     # a step that passed the automatic checks needs none: its intent says so.
@@ -320,9 +326,7 @@ def step_protocol(
         approved_by = decision.decided_by
         yield Submit(_gate_record(run, step, decision))
 
-    call_kwargs = kwargs
-    if spec.wants_idempotency_key and "idempotency_key" not in kwargs:
-        call_kwargs = {**kwargs, "idempotency_key": step.idempotency_key}
+    call_kwargs = forward_kwargs(spec, step, kwargs)
     if spec.capture is not None:
         # The pre-image is logged with the intent: it passes the same secret scan as
         # the kwargs, and a hit refuses the step before the forward call (it cannot
@@ -339,60 +343,141 @@ def step_protocol(
     while True:
         step.attempts += 1
         attempt = step.attempts
-        intent: dict[str, Any] = {
-            "type": R.INTENT,
-            "saga": run.id,
-            "step": step.id,
-            "attempt": attempt,
-            "tool": spec.name,
-            "semantics": spec.semantics.value,
-            "kwargs": step.kwargs,
-            "idempotency_key": step.idempotency_key,
-            "approved_by": approved_by,
-            "idempotent": spec.idempotent,
-            "ts": now(),
-        }
-        if spec.resolver is not None:
-            intent["resolver"] = spec.resolver
-        if spec.handler is not None:
-            intent["handler"] = spec.handler
-        if step.preimage is not None:
-            intent["preimage"] = step.preimage
         _crash.crashpoint("step.before_intent")
-        yield Append(intent)
+        yield Append(intent_record(run, step, attempt, approved_by))
         _crash.crashpoint("step.after_intent")
         try:
             result = yield Call(fn, args, call_kwargs)
         except BaseException as exc:
-            outcome = "no_effect" if spec.is_no_effect(exc) else "unknown"
-            step.forward_error = exc
-            _crash.crashpoint("step.after_call_failed")
-            yield Submit(
-                {
-                    "type": R.FORWARD_FAILED,
-                    "saga": run.id,
-                    "step": step.id,
-                    "attempt": attempt,
-                    "outcome": outcome,
-                    "error": error_text(exc),
-                    "ts": now(),
-                }
-            )
-            if outcome == "unknown":
-                step.unknown_attempts.append(attempt)
-                if step.state is StepState.RUNNING:
-                    step.state = StepState.UNKNOWN
-                    run.done.append(step)
-            delay = spec.retry_delay(attempt, exc)
+            record, delay = forward_failed(run, step, exc, attempt)
+            yield Submit(record)
             if delay is None:
-                if step.state is StepState.RUNNING:
-                    step.state = StepState.NO_EFFECT
                 raise
             yield Sleep(delay)
             continue
         _crash.crashpoint("step.after_call")
         break
 
+    committed, problem = commit_record(run, step, result, attempt)
+    try:
+        yield Append(committed)
+    except LeaseLost:
+        yield AppendFenced(fenced_escalation(run, step, committed))
+        raise
+    _crash.crashpoint("step.after_commit")
+    if problem is not None:
+        raise problem
+    return result
+
+
+# --- the pieces of a durable step (shared with the straight-line driver) ------------
+
+
+def goes_straight(scope: Scope, spec: ToolSpec) -> bool:
+    """Whether this step can take the straight-line path (``_runtime``), not the generator.
+
+    The common COMPENSABLE step: no approval (not IRREVERSIBLE), no policies, no
+    pre-image capture, no retries, no tool-level handler or resolver to check, a
+    compensation factory. Everything else is the same protocol either way; these
+    are the branches the straight path leaves to :func:`step_protocol`.
+    """
+    return (
+        spec.semantics is COMPENSABLE
+        and spec.compensate is not None
+        and spec.capture is None
+        and spec.retry is None
+        and spec.handler is None
+        and spec.resolver is None
+        and not scope.policies
+    )
+
+
+def new_durable_step(scope: Scope, spec: ToolSpec, kwargs: dict[str, Any]) -> Step:
+    """A durable step with its number and idempotency key; ``kwargs`` already bound."""
+    run = scope.run
+    step = Step(run.next_step_id(), spec, scope)
+    step.kwargs = kwargs
+    step.durable = True
+    step.unknown_attempts = []
+    step.idempotency_key = R.idempotency_key(run.id, step.id)
+    return step
+
+
+def forward_kwargs(spec: ToolSpec, step: Step, kwargs: Any) -> Any:
+    """The forward call's kwargs: the caller's, plus the step's idempotency key if wanted."""
+    if spec.wants_idempotency_key and "idempotency_key" not in kwargs:
+        return {**kwargs, "idempotency_key": step.idempotency_key}
+    return kwargs
+
+
+def intent_record(run: Run, step: Step, attempt: int, approved_by: str) -> dict[str, Any]:
+    """The ``intent`` record of one attempt, written durably before the forward call."""
+    spec = step.spec
+    intent: dict[str, Any] = {
+        "type": R.INTENT,
+        "saga": run.id,
+        "step": step.id,
+        "attempt": attempt,
+        "tool": spec.name,
+        "semantics": spec.semantics.value,
+        "kwargs": step.kwargs,
+        "idempotency_key": step.idempotency_key,
+        "approved_by": approved_by,
+        "idempotent": spec.idempotent,
+        "ts": now(),
+    }
+    if spec.resolver is not None:
+        intent["resolver"] = spec.resolver
+    if spec.handler is not None:
+        intent["handler"] = spec.handler
+    if step.preimage is not None:
+        intent["preimage"] = step.preimage
+    return intent
+
+
+def forward_failed(
+    run: Run, step: Step, exc: BaseException, attempt: int
+) -> tuple[dict[str, Any], float | None]:
+    """Settle a forward call that raised: its record, and the pause before a retry.
+
+    An ``unknown`` attempt joins the unwind list here, before its record is even
+    queued, so a failure to queue it cannot hide the effect from the rollback.
+    The delay is None when the step gives up (the caller re-raises ``exc``).
+    """
+    spec = step.spec
+    outcome = "no_effect" if spec.is_no_effect(exc) else "unknown"
+    step.forward_error = exc
+    _crash.crashpoint("step.after_call_failed")
+    record = {
+        "type": R.FORWARD_FAILED,
+        "saga": run.id,
+        "step": step.id,
+        "attempt": attempt,
+        "outcome": outcome,
+        "error": error_text(exc),
+        "ts": now(),
+    }
+    if outcome == "unknown":
+        step.unknown_attempts.append(attempt)
+        if step.state is StepState.RUNNING:
+            step.state = StepState.UNKNOWN
+            run.done.append(step)
+    delay = spec.retry_delay(attempt, exc)
+    if delay is None and step.state is StepState.RUNNING:
+        step.state = StepState.NO_EFFECT
+    return record, delay
+
+
+def commit_record(
+    run: Run, step: Step, result: Any, attempt: int
+) -> tuple[dict[str, Any], InvalidCompensation | None]:
+    """Derive the compensation from ``result``; return the ``committed`` record.
+
+    The step joins the unwind list *before* the record is written, so a failed or
+    cancelled write still leaves it to be undone. A factory that raised or made
+    something unusable gives the problem to raise once the record is durable.
+    """
+    spec = step.spec
     problem: InvalidCompensation | None = None
     comp: Compensation | None = None
     if spec.compensate is not None:
@@ -417,7 +502,6 @@ def step_protocol(
     if comp is not None:
         kw = comp.kwargs
         comp_kwargs = kw if type(kw) is dict and flat(kw) else jsonable(dict(kw))
-    token = R.recovery_token(run.id, step.id)
     committed = {
         "type": R.COMMITTED,
         "saga": run.id,
@@ -425,43 +509,39 @@ def step_protocol(
         "attempt": attempt,
         "handler": comp.handler if comp is not None else None,
         "kwargs": comp_kwargs,
-        "token": token,
+        "token": R.recovery_token(run.id, step.id),
         "ts": now(),
     }
     if problem is not None:
         committed["invalid"] = str(problem)
         step.problem = str(problem)
-    # The effect happened: the step joins the unwind list *before* the commit record
-    # is written, so a failed or cancelled write still leaves it to be undone.
     if step.state is StepState.UNKNOWN:
         run.done.remove(step)
     step.state = StepState.COMMITTED
     run.done.append(step)
-    try:
-        yield Append(committed)
-    except LeaseLost:
-        # Fenced after the call returned: the effect happened, but the recovery
-        # daemon that took the saga over may have settled this step as "not done".
-        # Nobody else knows; put it on the human queue, then stop.
-        yield AppendFenced(
-            {
-                "type": R.ESCALATED,
-                "saga": run.id,
-                "step": step.id,
-                "escalation": escalation_id(run.id, step.id),
-                "reason": f"the forward call of {spec.name!r} completed after this process "
-                "lost its lease; recovery may have treated it as not done — check and undo "
-                f"it by hand (compensation: {comp.handler if comp else None!r} "
-                f"{committed['kwargs']!r})",
-                "by": run.owner_label(),
-                "ts": now(),
-            }
-        )
-        raise
-    _crash.crashpoint("step.after_commit")
-    if problem is not None:
-        raise problem
-    return result
+    return committed, problem
+
+
+def fenced_escalation(run: Run, step: Step, committed: dict[str, Any]) -> dict[str, Any]:
+    """The escalation a fenced writer still writes when its commit record was refused.
+
+    Fenced after the call returned: the effect happened, but the recovery daemon
+    that took the saga over may have settled this step as "not done". Nobody else
+    knows; it goes on the human queue, then the step raises ``LeaseLost``.
+    """
+    comp = step.compensation
+    return {
+        "type": R.ESCALATED,
+        "saga": run.id,
+        "step": step.id,
+        "escalation": escalation_id(run.id, step.id),
+        "reason": f"the forward call of {step.spec.name!r} completed after this process "
+        "lost its lease; recovery may have treated it as not done — check and undo "
+        f"it by hand (compensation: {comp.handler if comp else None!r} "
+        f"{committed['kwargs']!r})",
+        "by": run.owner_label(),
+        "ts": now(),
+    }
 
 
 def _ref_only(obj: object) -> Any:

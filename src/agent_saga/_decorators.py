@@ -10,7 +10,7 @@ import functools
 import inspect
 import logging
 from asyncio import current_task
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -26,6 +26,7 @@ from ._runtime import (
     new_scope,
     shielded,
     sigint_deferred,
+    straight_step_async,
 )
 from ._tools import ToolSpec, plain_defaults, plain_parameters
 from ._types import ActionSemantics, RetryPolicy
@@ -209,7 +210,10 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 scope = current()
                 if scope is None:
                     raise _no_saga(spec)
-                return await _tracked(scope, E.step_protocol(scope, spec, fn, args, kwargs))
+                if E.goes_straight(scope, spec):
+                    return await _tracked(scope, straight_step_async, scope, spec, fn, args, kwargs)
+                protocol = E.step_protocol(scope, spec, fn, args, kwargs)
+                return await _tracked(scope, drive_async, protocol, scope.run)
 
             wrapper = async_durable
         tool_object = _AsyncTool(wrapper, fn)
@@ -246,7 +250,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 raise _no_saga(spec)
             protocol = E.step_protocol(scope, spec, fn, args, kwargs)
             if scope.is_async and is_async_context(scope):
-                return _remember(scope, _tracked(scope, protocol), spec)
+                return _remember(scope, _tracked(scope, drive_async, protocol, scope.run), spec)
             return drive_sync(protocol, scope.run)
 
         wrapper = sync_durable
@@ -256,13 +260,13 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
     return wrapper
 
 
-async def _tracked(scope: Scope, protocol: Any) -> Any:
-    """Drive a durable step, registered as in flight so a rollback can wait for it."""
+async def _tracked(scope: Scope, run_step: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """Await ``run_step(*args)``, registered as in flight so a rollback can wait for it."""
     inflight = scope.run.inflight
     task = current_task()
     inflight.append(task)
     try:
-        return await drive_async(protocol, scope.run)
+        return await run_step(*args)
     finally:
         inflight.remove(task)
 

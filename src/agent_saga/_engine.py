@@ -56,13 +56,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Step",
     "StepState",
-    "refusal_protocol",
-    "reversible_begin",
-    "reversible_done",
-    "reversible_failed",
-    "reversible_gate",
-    "rollback_protocol",
-    "settle_protocol",
     "commit_record",
     "fenced_escalation",
     "forward_failed",
@@ -70,6 +63,13 @@ __all__ = [
     "goes_straight",
     "intent_record",
     "new_durable_step",
+    "refusal_protocol",
+    "reversible_begin",
+    "reversible_done",
+    "reversible_failed",
+    "reversible_gate",
+    "rollback_protocol",
+    "settle_protocol",
     "step_protocol",
 ]
 

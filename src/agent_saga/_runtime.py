@@ -17,16 +17,21 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from . import _config
+from . import _config, _crash
+from . import _engine as E
 from ._commands import Append, AppendFenced, Approve, Call, Command, Submit
 from ._engine import Step
 from ._types import RetryPolicy
-from .errors import SagaUsageError
+from ._undo import jsonable
+from .errors import LeaseLost, SagaUsageError, SecretInKwargs
 from .gate import Approver, Policy, deny_all
-from .secrets import redact
+from .secrets import assert_no_secrets, redact
 from .wal import records as R
+
+if TYPE_CHECKING:
+    from ._tools import ToolSpec
 
 __all__ = [
     "LogBackend",
@@ -38,6 +43,7 @@ __all__ = [
     "current_scope",
     "drive_async",
     "drive_sync",
+    "straight_step_async",
 ]
 
 
@@ -199,17 +205,22 @@ class Run:
 
     def begin_records(self) -> Generator[Command, Any, None]:
         """Yield the ``saga_begin`` record once, before the saga's first durable record."""
-        if not self._begun:
-            self._begun = True
-            yield Submit(
-                {
-                    "type": R.SAGA_BEGIN,
-                    "saga": self.id,
-                    "name": self.name,
-                    "owner": self.log().owner,
-                    "ts": time.time(),
-                }
-            )
+        record = self.begin_record()
+        if record is not None:
+            yield Submit(record)
+
+    def begin_record(self) -> dict[str, Any] | None:
+        """The ``saga_begin`` record if it is still due (then it is due no more)."""
+        if self._begun:
+            return None
+        self._begun = True
+        return {
+            "type": R.SAGA_BEGIN,
+            "saga": self.id,
+            "name": self.name,
+            "owner": self.log().owner,
+            "ts": time.time(),
+        }
 
     def end_records(self, outcome: str) -> Generator[Command, Any, None]:
         """Close the run; yield the terminal ``saga_end`` record if anything was logged."""
@@ -428,6 +439,56 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 await asyncio.sleep(cmd.seconds)  # type: ignore[union-attr]
         except BaseException as exc:  # handed to the protocol, which decides
             throw = exc
+
+
+async def straight_step_async(
+    scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any
+) -> Any:
+    """The common durable step (:func:`_engine.goes_straight`), awaited in a straight line.
+
+    The same records, order, crash points and errors as driving
+    :func:`_engine.step_protocol` with :func:`drive_async` — it calls the same
+    engine pieces — without a generator, a command object per record or the
+    driver's dispatch. A step the gate refuses (a secret in its kwargs) takes the
+    generator path from the start, so the refusal is recorded by the one code that
+    records refusals.
+    """
+    step_kwargs = jsonable(spec.bind(args, kwargs))
+    try:
+        assert_no_secrets(step_kwargs, path="kwargs")
+    except SecretInKwargs:
+        return await drive_async(E.step_protocol(scope, spec, fn, args, kwargs), scope.run)
+    run = scope.run
+    step = E.new_durable_step(scope, spec, step_kwargs)
+    run.side_effects += 1
+    log = run.log()
+    begin = run.begin_record()
+    if begin is not None:
+        log.submit(begin)
+    call_kwargs = E.forward_kwargs(spec, step, kwargs)
+    step.attempts = 1
+    _crash.crashpoint("step.before_intent")
+    await log.append_async(E.intent_record(run, step, 1, "gate"))
+    _crash.crashpoint("step.after_intent")
+    try:
+        result = fn(*args, **call_kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+    except BaseException as exc:
+        record, _ = E.forward_failed(run, step, exc, 1)  # no retry on this path
+        log.submit(record)
+        raise
+    _crash.crashpoint("step.after_call")
+    committed, problem = E.commit_record(run, step, result, 1)
+    try:
+        await log.append_async(committed)
+    except LeaseLost:
+        await asyncio.to_thread(log.append_fenced, E.fenced_escalation(run, step, committed))
+        raise
+    _crash.crashpoint("step.after_commit")
+    if problem is not None:
+        raise problem
+    return result
 
 
 async def shielded(coro: Awaitable[Any]) -> Any:

@@ -1,7 +1,7 @@
 """The WAL writer's small parts: its I/O seam, its counters, and one group-commit batch.
 
 :class:`WriterIO` and :class:`WriterStats` are public (re-exported by
-``agent_saga.wal.writer``); :class:`_Batch`, :func:`_fresh` and :func:`_resolve` are
+``agent_saga.wal.writer``); :class:`_Batch` and :func:`_fresh` are
 what the writer uses to collect the records of one flush and release their waiters
 (``docs/log-format.md`` §3-§6).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..errors import LeaseLost, WALWriteFailed
 
-__all__ = ["WriterIO", "WriterStats", "_Batch", "_fresh", "_resolve"]
+__all__ = ["WriterIO", "WriterStats", "_Batch", "_fresh"]
 
 
 def _set_event() -> threading.Event:
@@ -114,14 +114,3 @@ def _fresh(err: BaseException, path: str) -> BaseException:
     if isinstance(err, LeaseLost):
         return LeaseLost(str(err))
     return WALWriteFailed(str(err), path=path)
-
-
-def _resolve(futs: list[asyncio.Future[None]], err: BaseException | None, path: str) -> None:
-    if err is None:
-        for f in futs:
-            if not f.done():
-                f.set_result(None)
-    else:
-        for f in futs:
-            if not f.done():
-                f.set_exception(_fresh(err, path))

@@ -24,11 +24,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from .._crash import crashpoint, is_armed
 from ..errors import LeaseLost, SagaUsageError, WALError, WALFull, WALWriteFailed
-from ._batch import WriterIO, WriterStats, _Batch, _fresh, _resolve
+from ._batch import WriterIO, WriterStats, _Batch
+from ._batch import _fresh as _waiter_error
+from ._queue import Backpressure, QueueWriter, check_queue_args
 from ._writers import Registry
 from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
@@ -62,8 +64,6 @@ __all__ = [
     "open_writer",
 ]
 
-Backpressure = Literal["raise", "block"]
-
 #: With ``sync_on_loop``, the most records a batch may hold to be written on the
 #: event loop's thread: a lone saga's batch (its record, perhaps a ``saga_begin``
 #: submitted before it). Larger batches mean concurrent sagas, whose syncs should
@@ -76,7 +76,7 @@ INLINE_BATCH: int = 2
 DEFAULT_LOG_FORMAT: int = FORMAT_PREALLOCATED
 
 
-class WALWriter:
+class WALWriter(QueueWriter):
     """Appends records to one WAL with group commit. Use :func:`open_writer`.
 
     Args:
@@ -134,10 +134,7 @@ class WALWriter:
             raise SagaUsageError(f"log_format must be 1 or 2, not {log_format!r}")
         if not isinstance(sync_on_loop, bool):
             raise SagaUsageError(f"sync_on_loop must be True or False, not {sync_on_loop!r}")
-        if backpressure not in ("raise", "block"):
-            raise SagaUsageError(f"backpressure must be 'raise' or 'block', not {backpressure!r}")
-        if queue_limit < 1 or lease_seconds <= 0 or block_timeout < 0:
-            raise SagaUsageError("queue_limit >= 1, lease_seconds > 0, block_timeout >= 0")
+        check_queue_args(queue_limit, backpressure, block_timeout, lease_seconds)
         if encryptor is None:
             from .encryption import encryptor_from_env
 
@@ -147,21 +144,13 @@ class WALWriter:
         self.stats = WriterStats()
         self._encryptor = encryptor
         self._io = _io or WriterIO()
-        self._limit = queue_limit
-        self._block = backpressure == "block"
-        self._block_timeout = block_timeout
+        self._init_queue(queue_limit, backpressure, block_timeout)
         self._lease_seconds = lease_seconds
         # Safety margin: the writer stops trusting its lease this long before other
         # processes may consider it expired (covers scheduling delay and small clock skew).
         self._margin = lease_seconds / 5
 
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)  # flusher waits for work
-        self._room = threading.Condition(self._lock)  # BLOCK submitters wait for room
         self._pending: list[bytes] = []
-        self._current = _Batch()
-        self._inflight: _Batch | None = None
-        self._flusher_idle = False
         # True once someone waits for the pending records (a waited append, a flush):
         # only then is the flusher woken. Records that were only submitted (saga_begin)
         # wait for the next batch instead of costing an fsync of their own.
@@ -175,13 +164,6 @@ class WALWriter:
         # True while some thread (the flusher, or a sync caller leading a batch)
         # writes a batch: batches are written one at a time, in order.
         self._writing = False
-        self._blocked = 0
-        self._closing = False
-        self._closed = False
-        self._fenced = False
-        self._defunct = False  # set in a forked child: this object belongs to the parent
-        self._unreported: BaseException | None = None
-        self._exclusive_thread: int | None = None
 
         self._io_lock = threading.Lock()  # guards self._fd between flusher and exclusive()
         self._lease = OwnLease(self.path, self.owner, lease_seconds)
@@ -238,20 +220,6 @@ class WALWriter:
         """Whether :meth:`close` was called (a closed writer is reopened by ``open_writer``)."""
         return self._closed
 
-    @property
-    def fenced(self) -> bool:
-        """True once this writer lost its lease; it then writes nothing, for good."""
-        return self._fenced
-
-    def check_fence(self) -> None:
-        """Raise if this writer is fenced (cheap: one attribute read).
-
-        Raises:
-            LeaseLost: the lease was revoked; a recovery daemon owns the sagas now.
-        """
-        if self._fenced:
-            raise self._lease_lost()
-
     def submit(self, record: Mapping[str, Any]) -> None:
         """Enqueue a record without waiting; it is written, in order, with the next batch.
 
@@ -300,7 +268,7 @@ class WALWriter:
                     if self._flush_due_locked():
                         self._wake_flusher_locked()
             if error is not None:
-                raise _fresh(error, self.path) from error.__cause__
+                raise _waiter_error(error, self.path) from error.__cause__
             return
         batch = self._enqueue(data, None, None, lead=True)
         if batch.leader == threading.get_ident():
@@ -310,7 +278,7 @@ class WALWriter:
         else:
             batch.event.wait()
         if batch.error is not None:
-            raise _fresh(batch.error, self.path) from batch.error.__cause__
+            raise _waiter_error(batch.error, self.path) from batch.error.__cause__
 
     def append_fenced(self, record: Mapping[str, Any]) -> None:
         """Write one ``escalated`` record durably even though this writer is fenced.
@@ -367,7 +335,7 @@ class WALWriter:
             batch = self._lead_inline(data)
             if batch is not None:
                 if batch.error is not None:
-                    raise _fresh(batch.error, self.path) from batch.error.__cause__
+                    raise _waiter_error(batch.error, self.path) from batch.error.__cause__
                 return
         fut: asyncio.Future[None] = loop.create_future()
         try:
@@ -429,16 +397,8 @@ class WALWriter:
         if self._defunct:
             self._closed = True
             return
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = self._closing = True
-            self._cond.notify_all()
-            self._room.notify_all()
-        if threading.current_thread() is not self._flusher:
-            self._flusher.join()
-        self._stop.set()
-        self._renewer.join()
+        if not self._stop_threads():
+            return
         with self._plock:
             # "Released" tells recovery that this owner ended every saga it began. After
             # a failed write that may be false (a saga_end may be what failed): leave the
@@ -566,57 +526,6 @@ class WALWriter:
         # for room, or the writer closes; never merely because they exist.
         return bool(self._pending) and (self._wanted or self._blocked > 0 or self._closing)
 
-    def _add_waiter(
-        self, batch: _Batch, fut: asyncio.Future[None], loop: asyncio.AbstractEventLoop
-    ) -> None:
-        loops = batch.loops
-        if loops is None:
-            batch.loops = {loop: [fut]}
-        else:
-            lst = loops.get(loop)
-            if lst is None:
-                loops[loop] = [fut]
-            else:
-                lst.append(fut)
-
-    def _wait_for_room(self, block: bool) -> None:
-        # Called holding self._lock.
-        if not (self._block and block):
-            raise WALFull(
-                f"WAL queue is full ({self._limit} records waiting); nothing was dropped: "
-                "retry, raise queue_limit, or use backpressure='block'",
-                path=self.path,
-            )
-        deadline = time.monotonic() + self._block_timeout
-        self._blocked += 1
-        if self._flusher_idle and not self._writing:
-            self._wake_flusher_locked()  # only-submitted records must make room now
-        try:
-            while len(self._pending) >= self._limit:
-                if self._closing or self._fenced:
-                    self._raise_unusable()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._room.wait(remaining):
-                    if len(self._pending) < self._limit:
-                        break
-                    raise WALFull(
-                        f"WAL queue stayed full for {self._block_timeout}s; nothing was dropped",
-                        path=self.path,
-                    )
-        finally:
-            self._blocked -= 1
-
-    def _raise_unusable(self) -> None:
-        if self._fenced:
-            raise self._lease_lost()
-        raise SagaUsageError(f"WAL writer for {self.path} is closed")
-
-    def _lease_lost(self) -> LeaseLost:
-        return LeaseLost(
-            f"WAL writer {self.owner} lost its lease on {self.path}: a recovery daemon "
-            "owns its sagas now; stop and record nothing more"
-        )
-
     def _flush_target(self) -> _Batch | None:
         with self._lock:
             if self._pending:
@@ -626,17 +535,8 @@ class WALWriter:
                 return self._current
             return self._inflight
 
-    def _raise_unreported(self) -> None:
-        with self._lock:
-            err, self._unreported = self._unreported, None
-        if err is not None:
-            raise _fresh(err, self.path) from err.__cause__
-
-    def _not_in_exclusive(self) -> None:
-        if self._exclusive_thread == threading.get_ident():
-            raise SagaUsageError(
-                "append/flush inside WALWriter.exclusive() would deadlock; use append_locked"
-            )
+    def _fresh(self, err: BaseException) -> BaseException:
+        return _waiter_error(err, self.path)
 
     # ------------------------------------------------------------------ flusher side
 
@@ -708,22 +608,10 @@ class WALWriter:
             return err
         return None
 
-    def _complete(self, batch: _Batch) -> None:
-        with self._lock:
-            batch.done = True
-            loops = batch.loops
-            if self._inflight is batch:
-                self._inflight = None
-            if batch.error is not None and batch.unwaited:
-                self._unreported = batch.error
-            self._writing = False
-            if self._closing or self._flush_due_locked():
-                self._wake_flusher_locked()
-        batch.event.set()
-        if loops:
-            for loop, futs in loops.items():
-                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
-                    loop.call_soon_threadsafe(_resolve, futs, batch.error, self.path)
+    def _batch_done_locked(self) -> None:
+        self._writing = False
+        if self._closing or self._flush_due_locked():
+            self._wake_flusher_locked()
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

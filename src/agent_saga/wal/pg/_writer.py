@@ -31,11 +31,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from ..._crash import crashpoint
 from ...errors import LeaseLost, SagaUsageError, WALError, WALFull
 from .._batch import WriterStats, _Batch
+from .._queue import Backpressure, QueueWriter, check_queue_args
 from .._writers import Registry
 from ..format import Encryptor, encode_record
 from ..records import ESCALATED
@@ -47,27 +48,16 @@ from ._schema import LEASE_LOST, NO_LOG, require_schema, sql
 
 __all__ = ["PgWriter", "open_pg_writer"]
 
-Backpressure = Literal["raise", "block"]
 _APPEND = "SELECT {s}.append_batch(%s, %s, %s, %s, %s, %b::text[], %b::bytea[])"
 
 
-def _fresh(err: BaseException) -> BaseException:
+def _waiter_error(err: BaseException) -> BaseException:
     """A new exception per waiter (one shared instance would gather tracebacks)."""
     if isinstance(err, LeaseLost):
         return LeaseLost(str(err))
     if isinstance(err, PgWriteFailed):
         return PgWriteFailed(str(err), path=err.path, sqlstate=err.sqlstate, outcome=err.outcome)
     return PgWriteFailed(str(err), path=getattr(err, "path", None))
-
-
-def _resolve_futures(futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
-    for f in futs:
-        if f.done():
-            continue
-        if err is None:
-            f.set_result(None)
-        else:
-            f.set_exception(_fresh(err))
 
 
 def saga_of(record: Mapping[str, Any]) -> str | None:
@@ -110,7 +100,7 @@ def open_log(conn: Any, loc: PgLocation, encryptor: Encryptor | None) -> LogRow:
     return row
 
 
-class PgWriter:
+class PgWriter(QueueWriter):
     """Appends records to one PostgreSQL log with group commit. Use :func:`open_pg_writer`.
 
     Args:
@@ -151,12 +141,9 @@ class PgWriter:
         block_timeout: float = 5.0,
         resolve_timeout: float = 30.0,
     ) -> None:
-        if backpressure not in ("raise", "block"):
-            raise SagaUsageError(f"backpressure must be 'raise' or 'block', not {backpressure!r}")
-        if queue_limit < 1 or lease_seconds <= 0 or block_timeout < 0 or resolve_timeout < 0:
-            raise SagaUsageError(
-                "queue_limit >= 1, lease_seconds > 0, block_timeout >= 0, resolve_timeout >= 0"
-            )
+        check_queue_args(queue_limit, backpressure, block_timeout, lease_seconds)
+        if resolve_timeout < 0:
+            raise SagaUsageError(f"resolve_timeout must be >= 0, not {resolve_timeout!r}")
         if encryptor is None:
             from ..encryption import encryptor_from_env
 
@@ -167,27 +154,12 @@ class PgWriter:
         self.owner = uuid.uuid4().hex
         self.stats = WriterStats()
         self._encryptor = encryptor
-        self._limit = queue_limit
-        self._block = backpressure == "block"
-        self._block_timeout = block_timeout
+        self._init_queue(queue_limit, backpressure, block_timeout)
         self._lease_seconds = float(lease_seconds)
         self._resolve_timeout = resolve_timeout
         self._append_sql = sql(loc, _APPEND)
 
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._room = threading.Condition(self._lock)
         self._pending: list[tuple[str | None, bytes]] = []
-        self._current = _Batch()
-        self._inflight: _Batch | None = None
-        self._flusher_idle = False
-        self._blocked = 0
-        self._closing = False
-        self._closed = False
-        self._fenced = False
-        self._defunct = False
-        self._unreported: BaseException | None = None
-        self._exclusive_thread: int | None = None
         self._xlock = threading.Lock()
         self._xconn: Any = None
         self._rconn: Any = None
@@ -234,20 +206,6 @@ class PgWriter:
         """Whether :meth:`close` was called (or the writer belongs to a parent process)."""
         return self._closed or self._defunct
 
-    @property
-    def fenced(self) -> bool:
-        """True once this writer lost its lease; it then writes nothing, for good."""
-        return self._fenced
-
-    def check_fence(self) -> None:
-        """Raise if this writer is fenced.
-
-        Raises:
-            LeaseLost: the lease was revoked; a recovery daemon owns the sagas now.
-        """
-        if self._fenced:
-            raise self._lease_lost()
-
     def submit(self, record: Mapping[str, Any]) -> None:
         """Queue ``record`` without waiting; it goes with the next batch someone waits for.
 
@@ -273,7 +231,7 @@ class PgWriter:
         batch = self._enqueue(saga_of(record), frame, None, None)
         batch.event.wait()
         if batch.error is not None:
-            raise _fresh(batch.error) from batch.error.__cause__
+            raise _waiter_error(batch.error) from batch.error.__cause__
 
     async def append_async(self, record: Mapping[str, Any]) -> None:
         """Like :meth:`append`, awaiting without blocking the event loop.
@@ -345,7 +303,7 @@ class PgWriter:
         with self._lock:
             if self._pending:
                 if self._flusher_idle:
-                    self._wake_locked()
+                    self._wake_flusher_locked()
                 batch: _Batch | None = self._current
             else:
                 batch = self._inflight
@@ -367,17 +325,8 @@ class PgWriter:
         if self._defunct:
             self._closed = True
             return
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = self._closing = True
-            self._cond.notify_all()
-            self._room.notify_all()
-        if threading.current_thread() is not self._flusher:
-            self._flusher.join()
-        self._stop.set()
-        if threading.current_thread() is not self._renewer:
-            self._renewer.join()
+        if not self._stop_threads():
+            return
         # "Released" tells recovery this owner ended every saga it began; after a failed
         # commit that may be false (a saga_end may be what failed): let it expire instead.
         if not self._fenced and self.stats.failed_batches == 0:
@@ -440,25 +389,10 @@ class PgWriter:
 
     # ------------------------------------------------------------------ internals
 
-    def _lease_lost(self) -> LeaseLost:
-        return LeaseLost(
-            f"WAL writer {self.owner} lost its lease on {self.path}: a recovery daemon "
-            "owns its sagas now; stop and record nothing more"
-        )
+    def _fresh(self, err: BaseException) -> BaseException:
+        return _waiter_error(err)
 
-    def _not_in_exclusive(self) -> None:
-        if self._exclusive_thread == threading.get_ident():
-            raise SagaUsageError(
-                "append/flush inside PgWriter.exclusive() would deadlock; use append_locked"
-            )
-
-    def _raise_unreported(self) -> None:
-        with self._lock:
-            err, self._unreported = self._unreported, None
-        if err is not None:
-            raise _fresh(err) from err.__cause__
-
-    def _wake_locked(self) -> None:
+    def _wake_flusher_locked(self) -> None:
         self._flusher_idle = False
         self._cond.notify()
 
@@ -485,43 +419,10 @@ class PgWriter:
             if not waited:
                 batch.unwaited = True
             if fut is not None and loop is not None:
-                loops = batch.loops
-                if loops is None:
-                    batch.loops = {loop: [fut]}
-                else:
-                    loops.setdefault(loop, []).append(fut)
+                self._add_waiter(batch, fut, loop)
             if waited and self._flusher_idle:
-                self._wake_locked()
+                self._wake_flusher_locked()
             return batch
-
-    def _raise_unusable(self) -> None:
-        if self._fenced:
-            raise self._lease_lost()
-        raise SagaUsageError(f"WAL writer for {self.path} is closed")
-
-    def _wait_for_room(self, block: bool) -> None:
-        if not (self._block and block):
-            raise WALFull(
-                f"WAL queue is full ({self._limit} records waiting); nothing was dropped: "
-                "retry, raise queue_limit, or use backpressure='block'",
-                path=self.path,
-            )
-        deadline = time.monotonic() + self._block_timeout
-        self._blocked += 1
-        try:
-            while len(self._pending) >= self._limit:
-                if self._closing or self._fenced:
-                    self._raise_unusable()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._room.wait(remaining):
-                    if len(self._pending) < self._limit:
-                        break
-                    raise WALFull(
-                        f"WAL queue stayed full for {self._block_timeout}s; nothing was dropped",
-                        path=self.path,
-                    )
-        finally:
-            self._blocked -= 1
 
     # -- flusher
 
@@ -547,20 +448,6 @@ class PgWriter:
                     path=self.path,
                 )
             self._complete(batch)
-
-    def _complete(self, batch: _Batch) -> None:
-        with self._lock:
-            batch.done = True
-            loops = batch.loops
-            if self._inflight is batch:
-                self._inflight = None
-            if batch.error is not None and batch.unwaited:
-                self._unreported = batch.error
-        batch.event.set()
-        if loops:
-            for loop, futs in loops.items():
-                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
-                    loop.call_soon_threadsafe(_resolve_futures, futs, batch.error)
 
     def _flusher_conn(self) -> Any:
         c = self._conn

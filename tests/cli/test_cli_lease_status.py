@@ -187,7 +187,7 @@ def test_once_wait_recovers_a_just_killed_agent_in_one_run(shop: Shop) -> None:
     proc = shop.recoveryd("--import", "shop_handlers", "--once", "--wait", "60")
     assert proc.returncode == 0, proc.stderr
     assert_no_traceback(proc)
-    assert "waiting for the leases of 1 saga(s) to expire" in proc.stderr
+    assert "waiting for the leases or claims of 1 saga(s) to expire" in proc.stderr
     names = [e["event"] for e in events(proc.stdout)]
     assert "skipped-live" not in names
     finished = [e for e in events(proc.stdout) if e["event"] == "finished"]
@@ -195,6 +195,34 @@ def test_once_wait_recovers_a_just_killed_agent_in_one_run(shop: Shop) -> None:
     assert [e["event"] for e in shop.ledger()] == ["charge", "refund"]
     after = json.loads(shop.cli("runs", "--json").stdout)
     assert after[0]["status"] == "rolled_back"
+
+
+def test_once_wait_takes_over_a_saga_a_stopped_daemon_left_claimed(shop: Shop) -> None:
+    # Another daemon claimed the dead agent's saga and was stopped (SIGTERM ends a
+    # daemon after the step in progress): the pass waits for that claim to expire.
+    from agent_saga.wal import WALWriter
+
+    saga_id = shop.killed_agent(lease=0.5)
+    claimer = WALWriter(shop.cwd / "shop.wal")
+    claimer.append(
+        {
+            "type": r.CLAIM,
+            "saga": saga_id,
+            "by": "recoveryd-stopped",
+            "fence": 1,
+            "expires": time.time() + 3,
+            "steps": [],
+            "ts": time.time(),
+        }
+    )
+    claimer.close()
+    proc = shop.recoveryd("--import", "shop_handlers", "--once", "--wait", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert_no_traceback(proc)
+    assert "waiting for the leases or claims of 1 saga(s) to expire" in proc.stderr
+    finished = [e for e in events(proc.stdout) if e["event"] == "finished"]
+    assert [(e["saga"], e["outcome"]) for e in finished] == [(saga_id, "rolled_back")]
+    assert [e["event"] for e in shop.ledger()] == ["charge", "refund"]
 
 
 def test_once_wait_gives_up_at_its_bound_on_a_healthy_owner(shop: Shop) -> None:
@@ -238,7 +266,7 @@ def test_a_signal_interrupts_the_wait_cleanly(shop: Shop, sig: int, code: int) -
             text=True,
         )
         seen = _read_until(daemon.stderr, "waiting for the leases", timeout=60)
-        assert "waiting for the leases of 1 saga(s) to expire (up to" in seen, seen
+        assert "waiting for the leases or claims of 1 saga(s) to expire (up to" in seen, seen
         assert "at most 120 s" in seen
         daemon.send_signal(sig)
         out, err = daemon.communicate(timeout=30)

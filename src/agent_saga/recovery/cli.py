@@ -9,8 +9,8 @@ A saga is left alone while its owner's lease is live: 30 s by default
 (``saga(lease_seconds=...)``), renewed every third of it by the owner. Right after
 an agent died, ``--once`` therefore skips its sagas (``skipped-live`` events carry
 ``lease_expires`` and ``orphaned_in``, and a hint goes to stderr); ``--wait``
-waits until those leases have expired, at most MAX seconds (default 120), then
-makes the pass.
+waits until those leases (and other daemons' claims) have expired, at most MAX
+seconds (default 120), then makes the pass.
 
 ``--import`` finds modules in the current directory first, as ``python -m`` does.
 
@@ -321,7 +321,7 @@ def _wait_for_leases(daemon: RecoveryDaemon, max_seconds: float, signals: _Signa
         if not announced:
             longest = f"up to {_secs(max(known))}" if known else "an unknown time"
             print(
-                f"{PROG}: waiting for the leases of {len(waiting)} saga(s) to expire "
+                f"{PROG}: waiting for the leases or claims of {len(waiting)} saga(s) to expire "
                 f"({longest}, at most {max_seconds:g} s)",
                 file=sys.stderr,
             )

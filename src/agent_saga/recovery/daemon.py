@@ -267,8 +267,10 @@ class RecoveryDaemon:
 
         Reads what was appended since the last call, then judges every non-terminal
         saga as :meth:`run_once` would: those whose owner holds a live lease, or
-        whose owner is unknown and which have not been silent for a claim period.
-        Sagas with an unexpired daemon claim are not included (a daemon is at work).
+        whose owner is unknown and which have not been silent for a claim period,
+        and those another daemon holds an unexpired claim on: it may finish them,
+        or it was stopped part-way (SIGTERM ends a daemon after the step in
+        progress) and they become takeable when its claim expires.
 
         Returns:
             Saga id -> seconds until a pass may take it over (None: cannot be judged,
@@ -280,6 +282,8 @@ class RecoveryDaemon:
         for view in self._fold.non_terminal():
             live = self._liveness(view, now)
             if live.claimed_by is not None:
+                if live.claimed_by != self.id and view.claim is not None:
+                    waiting[view.saga_id] = max(0.0, view.claim.expires - now)
                 continue
             if live.status != "orphaned":
                 waiting[view.saga_id] = live.orphaned_in

@@ -178,7 +178,14 @@ class QueueWriter:
                     loop.call_soon_threadsafe(_resolve, futs, batch.error, self._fresh)
 
     def _stop_threads(self) -> bool:
-        """Mark the writer closed and join its threads; False if it was already closed."""
+        """Mark the writer closed and join its threads; False if there is nothing to close.
+
+        Nothing: it was closed already, or it belongs to the parent process (a
+        forked child must not touch the parent's threads, file or connection).
+        """
+        if self._defunct:
+            self._closed = True
+            return False
         with self._lock:
             if self._closed:
                 return False

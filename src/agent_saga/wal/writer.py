@@ -394,9 +394,6 @@ class WALWriter(QueueWriter):
             WALWriteFailed: a batch of only-submitted records failed since the last flush.
             LeaseLost: only-submitted records were refused because the writer is fenced.
         """
-        if self._defunct:
-            self._closed = True
-            return
         if not self._stop_threads():
             return
         with self._plock:

@@ -322,9 +322,6 @@ class PgWriter(QueueWriter):
             PgWriteFailed: a batch of only-submitted records failed since the last flush.
             LeaseLost: only-submitted records were refused because the writer is fenced.
         """
-        if self._defunct:
-            self._closed = True
-            return
         if not self._stop_threads():
             return
         # "Released" tells recovery this owner ended every saga it began; after a failed

@@ -471,7 +471,13 @@ class SagaContext:
         usage, exc = _check_awaited(scope, exc)
         plan = _exit_plan(scope, exc)
         if plan == "settle":
-            await drive_async(E.settle_protocol(scope), scope.run)
+            run = scope.run
+            if E.nothing_to_settle(scope):  # the common commit: saga_end, no generator
+                end = run.end_record(E.commit_outcome(run))
+                if end is not None:
+                    await run.log().append_async(end)
+            else:
+                await drive_async(E.settle_protocol(scope), run)
         elif plan == "rollback":
             failures = await shielded(_unwind(scope))
             _report_escalations(scope)

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Step",
     "StepState",
+    "commit_outcome",
     "commit_record",
     "fenced_escalation",
     "forward_failed",
@@ -63,6 +64,7 @@ __all__ = [
     "goes_straight",
     "intent_record",
     "new_durable_step",
+    "nothing_to_settle",
     "refusal_protocol",
     "reversible_begin",
     "reversible_done",
@@ -707,4 +709,18 @@ def settle_protocol(scope: Scope) -> Generator[Command, Any, None]:
             _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) outcome unknown")
         elif step.unknown_attempts and step.durable and not step.spec.idempotent:
             yield from _escalate(run, step, duplicate_risk(step.spec.name, step.unknown_attempts))
-    yield from run.end_records("escalated" if run.escalations else "committed")
+    yield from run.end_records(commit_outcome(run))
+
+
+def nothing_to_settle(scope: Scope) -> bool:
+    """Whether committing the saga is only its ``saga_end`` (no step left to settle).
+
+    Then :func:`settle_protocol` would do nothing but write ``saga_end`` with
+    :func:`commit_outcome`; the async driver writes it directly.
+    """
+    return not any(step.durable and step.unknown_attempts for step in scope.run.done)
+
+
+def commit_outcome(run: Run) -> str:
+    """The ``saga_end`` outcome of a saga that commits: ``escalated`` if any step was."""
+    return "escalated" if run.escalations else "committed"

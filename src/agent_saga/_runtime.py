@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import os
 import signal
@@ -17,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from . import _config, _crash
 from . import _engine as E
@@ -191,10 +192,8 @@ class Run:
     def log(self) -> LogBackend:
         """The saga's log, opened on first use (REVERSIBLE-only sagas never open one)."""
         if self._log is None:
-            from .wal.store import open_log_writer
-
             path = self.options.wal_path or _config.default_wal_path()
-            self._log = open_log_writer(
+            self._log = _log_opener()(
                 path, encryptor=self.options.encryptor, lease_seconds=self.options.lease_seconds
             )
         return self._log
@@ -224,17 +223,22 @@ class Run:
 
     def end_records(self, outcome: str) -> Generator[Command, Any, None]:
         """Close the run; yield the terminal ``saga_end`` record if anything was logged."""
+        record = self.end_record(outcome)
+        if record is not None:
+            yield Append(record)
+
+    def end_record(self, outcome: str) -> dict[str, Any] | None:
+        """Close the run; return its ``saga_end`` record, or None if nothing was logged."""
         self.closed = True
-        if self._begun:
-            yield Append(
-                {
-                    "type": R.SAGA_END,
-                    "saga": self.id,
-                    "outcome": outcome,
-                    "by": self.log().owner,
-                    "ts": time.time(),
-                }
-            )
+        if not self._begun:
+            return None
+        return {
+            "type": R.SAGA_END,
+            "saga": self.id,
+            "outcome": outcome,
+            "by": self.log().owner,
+            "ts": time.time(),
+        }
 
     def take_for_unwind(self, scope: Scope) -> list[Step]:
         """Remove and return ``scope``'s completed steps, newest first."""
@@ -322,6 +326,15 @@ class Scope:
 
 
 _current: ContextVar[Scope | None] = ContextVar("agent_saga_scope", default=None)
+
+
+@functools.cache
+def _log_opener() -> Callable[..., LogBackend]:
+    # Imported on first use (REVERSIBLE-only programs never load the WAL), then kept:
+    # every saga's first durable record asks for its writer.
+    from .wal.store import open_log_writer
+
+    return cast("Callable[..., LogBackend]", open_log_writer)
 
 
 def current_saga() -> Scope | None:

@@ -45,6 +45,9 @@ class Registry(Generic[W]):
 
     def shared(self, key: str, create: Callable[[], W]) -> W:
         """The open writer for ``key``, or a new one from ``create()``."""
+        w = self._by_key.get(key)  # every saga asks: a dict read needs no lock
+        if w is not None and not w.closed:
+            return w
         with self._lock:
             w = self._by_key.get(key)
             if w is None or w.closed:

@@ -896,6 +896,9 @@ def _canonical(path: str | os.PathLike[str]) -> str:
     together with it. A symbolic link re-pointed while the process runs keeps naming
     the file it named first: the open writer holds that file anyway.
     """
+    found = _canonical_paths.get(path) if type(path) is str else None
+    if found is not None:
+        return found  # an absolute path seen before: every saga's common case
     p = os.fspath(path)
     key: str | tuple[str, str] = p if os.path.isabs(p) else (os.getcwd(), p)
     found = _canonical_paths.get(key)

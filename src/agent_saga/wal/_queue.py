@@ -82,6 +82,14 @@ class QueueWriter:
     # ------------------------------------------------------------------ shared API
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called, or the writer belongs to a parent process.
+
+        Either way ``open_writer`` / ``open_store(...).writer()`` open a new one.
+        """
+        return self._closed or self._defunct
+
+    @property
     def fenced(self) -> bool:
         """True once this writer lost its lease; it then writes nothing, for good."""
         return self._fenced

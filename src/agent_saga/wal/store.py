@@ -377,8 +377,19 @@ def open_log_writer(
     Returns:
         A :class:`LogWriter`.
     """
+    w = _file_writers.get(location) if type(location) is str else None
+    if w is not None and not w.closed:
+        return w  # every saga's first record: one dict read
     if isinstance(location, str) and not is_url(location):
         from .writer import open_writer
 
-        return open_writer(location, encryptor=encryptor, lease_seconds=lease_seconds)
+        w = open_writer(location, encryptor=encryptor, lease_seconds=lease_seconds)
+        if os.path.isabs(location):  # a relative path names another file after a chdir
+            _file_writers[location] = w
+        return w
     return open_store(location).writer(encryptor=encryptor, lease_seconds=lease_seconds)
+
+
+#: Absolute file locations -> the writer ``open_writer`` returned for them (a front for
+#: its registry, which resolves the path first; a closed writer is looked up again).
+_file_writers: dict[str, Any] = {}

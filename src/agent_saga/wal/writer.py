@@ -215,11 +215,6 @@ class WALWriter(QueueWriter):
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (a closed writer is reopened by ``open_writer``)."""
-        return self._closed
-
     def submit(self, record: Mapping[str, Any]) -> None:
         """Enqueue a record without waiting; it is written, in order, with the next batch.
 

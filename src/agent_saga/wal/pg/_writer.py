@@ -201,11 +201,6 @@ class PgWriter(QueueWriter):
 
     # ------------------------------------------------------------------ public API
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (or the writer belongs to a parent process)."""
-        return self._closed or self._defunct
-
     def submit(self, record: Mapping[str, Any]) -> None:
         """Queue ``record`` without waiting; it goes with the next batch someone waits for.
 

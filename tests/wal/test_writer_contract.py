@@ -61,6 +61,29 @@ def test_submitted_records_are_written_in_order_by_the_next_flush(wal_location: 
     w.close()
 
 
+def test_a_blocked_submitter_of_only_submitted_records_gets_room(wal_location: str) -> None:
+    # Nobody waits for submitted records, so nothing else would wake the flusher:
+    # the submitter blocked on the full queue must, or it times out with WALFull.
+    store = open_store(wal_location)
+    if store.kind == "file":
+        from agent_saga.wal import WALWriter
+
+        w: Any = WALWriter(store.location, queue_limit=2, backpressure="block", block_timeout=30)
+    else:
+        from agent_saga.wal.pg import PgWriter, parse_location
+
+        w = PgWriter(
+            parse_location(store.location), queue_limit=2, backpressure="block", block_timeout=30
+        )
+    try:
+        for i in range(12):
+            w.submit(rec(i))
+        w.flush()
+        assert _records(store) == [rec(i) for i in range(12)]
+    finally:
+        w.close()
+
+
 def test_many_threads_share_commits_and_keep_each_sagas_order(wal_location: str) -> None:
     store = open_store(wal_location)
     w = store.writer()

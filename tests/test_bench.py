@@ -79,9 +79,11 @@ def test_durable(result: dict[str, Any]) -> None:
     durable = result["durable"]
     _percentiles(durable, "ms")
     _percentiles(durable["sync"], "ms")
+    _percentiles(durable["sync_on_loop"], "ms")
     _percentiles(durable["floor"], "ms")
     assert _is_num(durable["ratio"])
     assert _is_num(durable["sync"]["ratio"])
+    assert _is_num(durable["sync_on_loop"]["ratio"])
     assert durable["floor"]["intent_frame_bytes"] > 12
     assert durable["floor"]["committed_frame_bytes"] > 12
     fsyncs = durable["fsyncs_per_one_step_saga"]
@@ -106,6 +108,9 @@ def test_concurrency(result: dict[str, Any]) -> None:
     assert spread["steps"] > 0
     assert _is_num(spread["steps_per_s"])
     assert _is_num(spread["p99_ms"])
+    on_loop = levels[-1]["sync_on_loop"]
+    assert on_loop["steps_per_s"] > 0
+    assert _is_num(on_loop["p99_ms"])
 
 
 def test_peers(result: dict[str, Any]) -> None:
@@ -125,7 +130,7 @@ def test_peers(result: dict[str, Any]) -> None:
 
 def test_targets(result: dict[str, Any]) -> None:
     rows = result["targets"]
-    assert len(rows) == 9
+    assert len(rows) == 11
     for row in rows:
         assert row["pass"] in (True, False, None)
         assert ("limit" in row) != ("min" in row)

@@ -349,3 +349,55 @@ def test_no_acknowledged_live_record_is_lost_to_concurrent_writers(tmp_path: Pat
         + 2 * (len(acked_proc) // 7)
     )
     assert total + archived == written
+
+
+_COMPACT_AND_DIE = textwrap.dedent(
+    """
+    import sys
+    from agent_saga import _crash
+    from agent_saga.wal.compaction import compact
+    _crash.arm("compact.before_rename")
+    compact(sys.argv[1], archive=False, retain_seconds=0)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_compaction_killed_after_announcing_its_rename_loses_no_writers_record(
+    tmp_path: Path,
+) -> None:
+    # Killed between bumping the replacement generation and renaming: the log is
+    # not replaced, and a writer appending meanwhile (another process) only looks
+    # again once and goes on writing where it was.
+    wal = tmp_path / "x.wal"
+    bulk: list[dict[str, Any]] = []
+    for i in range(300):
+        bulk += saga(f"old{i}", ended=1.0)
+    write(wal, bulk)
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "_child.py"), str(wal), "A", "3000"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    killed = subprocess.run(
+        [sys.executable, "-c", _COMPACT_AND_DIE, str(wal)], capture_output=True, text=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert child.poll() is None, "the writer was still appending when the compaction died"
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0
+    acked = [int(line.split()[2]) for line in out.splitlines() if line.startswith("ack")]
+    assert acked == list(range(3000))
+    assert _steps_of(wal, "A") == acked
+    assert not [i for i in scan(wal) if not isinstance(i, Record)]
+    report = compact(wal, archive=False, retain_seconds=0)  # the next one works as usual
+    assert report.sagas_dropped == 300
+    assert _steps_of(wal, "A") == acked
+
+
+def _steps_of(wal: Path, saga_id: str) -> list[int]:
+    return [
+        i.data["step"] for i in scan(wal) if isinstance(i, Record) and i.data.get("saga") == saga_id
+    ]

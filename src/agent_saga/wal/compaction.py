@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
+from .._crash import crashpoint
 from ..errors import SagaUsageError, WALCorrupted, WALError
 from . import records as r
 from .format import HEADER, HEADER_SIZE, decode_payload, encode_record
@@ -339,6 +340,7 @@ def compact(
                         write_zeros(tmp.fileno(), used, extended_size(used, used + 1))
                     _sync(tmp)
                     append_lock.bump_generation()  # writers reopen the path (§5)
+                    crashpoint("compact.before_rename")
                     os.replace(tmp_path, path)
                     report.replaced = True
                     fsync_dir(os.path.dirname(os.path.abspath(path)))

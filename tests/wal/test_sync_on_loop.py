@@ -61,6 +61,30 @@ def test_a_lone_async_saga_hands_nothing_to_the_flusher_thread(tmp_path: Path) -
     writer.close()
 
 
+def test_on_a_loop_without_asyncios_ready_queue_batches_are_written_at_the_iteration_end(
+    tmp_path: Path,
+) -> None:
+    # uvloop has no ``_ready``: a lone saga's records wait for the end of the loop
+    # iteration instead of being written at once — still on the loop thread.
+    import uvloop  # in the dev extra; never skipped
+
+    path = str(tmp_path / "uvloop.wal")
+    writer = open_writer(path, sync_on_loop=True)
+
+    async def main() -> None:
+        assert not hasattr(asyncio.get_running_loop(), "_ready")
+        async with saga(wal_path=path, name="uvloop"):
+            for i in range(3):
+                await charge(i)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())
+    assert writer.stats.wakeups == 0
+    types = [r["type"] for r in _records(path)]
+    assert types == ["saga_begin"] + ["intent", "committed"] * 3 + ["saga_end"]
+    writer.close()
+
+
 def test_concurrent_sagas_still_share_fsyncs_on_the_flusher(tmp_path: Path) -> None:
     path = str(tmp_path / "busy.wal")
     writer = open_writer(path, sync_on_loop=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -27,8 +28,17 @@ from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import SagaUsageError
+from ..secrets import redact
 
-__all__ = ["FileLock", "Lock", "MemoryLock", "lock_from_url", "lock_holds", "redact_url"]
+__all__ = [
+    "FileLock",
+    "Lock",
+    "MemoryLock",
+    "RemoteLockHealth",
+    "lock_from_url",
+    "lock_holds",
+    "redact_url",
+]
 
 
 class Lock(Protocol):
@@ -112,6 +122,48 @@ def lock_from_url(url: str, *, timeout: float = 5.0) -> Lock:
         f"--lock takes redis://host:port/db, rediss://… or postgresql://…, got {shown}; "
         "leave it out for the default file lock beside the WAL"
     )
+
+
+class RemoteLockHealth:
+    """Reachability of a lock served over the network (a base of the Redis and PostgreSQL locks).
+
+    One warning per outage (not one per saga), one note when the service answers
+    again; :attr:`last_error` holds the last failure, redacted, for ``--once``
+    reports. A subclass sets :attr:`service` and :attr:`url` and calls
+    :meth:`_failed` / :meth:`_ok` around each request.
+
+    Attributes:
+        last_error: ``"Type: message"`` of the last failed request, or None once
+            the service answered again.
+    """
+
+    service = "lock service"
+    url: str
+    last_error: str | None = None
+    _warned = False
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        text = " ".join(str(redact(str(exc))).split())[:300]
+        self.last_error = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        if not self._warned:  # once per outage, not once per saga
+            self._warned = True
+            _log.warning(
+                "%s lock at %s unavailable (%s) during %s; sagas are skipped until it "
+                "answers again",
+                self.service,
+                self.url,
+                self.last_error,
+                what,
+            )
+
+    def _ok(self) -> None:
+        if self.last_error is not None:
+            _log.info("%s lock at %s is reachable again", self.service, self.url)
+        self.last_error = None
+        self._warned = False
+
+
+_log = logging.getLogger("agent_saga.recovery.locks")
 
 
 class FileLock:

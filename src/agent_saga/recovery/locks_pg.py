@@ -38,8 +38,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import SagaUsageError
-from ..secrets import CredentialRef, redact
-from .locks import redact_url
+from ..secrets import CredentialRef
+from .locks import RemoteLockHealth, redact_url
 
 __all__ = ["PgAdvisoryLock", "advisory_key"]
 
@@ -74,7 +74,7 @@ def _psycopg() -> Any:
     return psycopg
 
 
-class PgAdvisoryLock:
+class PgAdvisoryLock(RemoteLockHealth):
     """Mutual exclusion per key with PostgreSQL session advisory locks and a fence table.
 
     Args:
@@ -89,6 +89,8 @@ class PgAdvisoryLock:
         SagaUsageError: not a ``postgresql://`` URL, a bad table name or timeout.
             ``MissingExtra`` when psycopg is not installed.
     """
+
+    service = "PostgreSQL"
 
     def __init__(
         self,
@@ -126,8 +128,6 @@ class PgAdvisoryLock:
         self._conn: Any = None
         self._held: dict[str, int] = {}  # key -> token, on the current session
         self._guard = threading.Lock()  # one statement at a time on the session
-        self._warned = False
-        self.last_error: str | None = None
         """Why the last call to PostgreSQL failed (redacted), None after a success."""
 
     def __repr__(self) -> str:
@@ -182,25 +182,6 @@ class PgAdvisoryLock:
                 self._conn.close()
         self._conn = None
         self._held.clear()
-
-    def _failed(self, what: str, exc: BaseException) -> None:
-        text = " ".join(str(redact(str(exc))).split())[:300]
-        self.last_error = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        if not self._warned:  # once per outage, not once per saga
-            self._warned = True
-            _log.warning(
-                "PostgreSQL lock at %s unavailable (%s) during %s; sagas are skipped until "
-                "it answers again",
-                self.url,
-                self.last_error,
-                what,
-            )
-
-    def _ok(self) -> None:
-        if self.last_error is not None:
-            _log.info("PostgreSQL lock at %s is reachable again", self.url)
-        self.last_error = None
-        self._warned = False
 
     # -- the Lock interface -----------------------------------------------------------
 

@@ -42,8 +42,8 @@ from urllib.parse import unquote, urlsplit
 
 from .. import _config
 from ..errors import SagaUsageError
-from ..secrets import CredentialRef, redact
-from .locks import redact_url
+from ..secrets import CredentialRef
+from .locks import RemoteLockHealth, redact_url
 
 __all__ = ["RedisLock"]
 
@@ -136,7 +136,7 @@ def _parse(url: str) -> dict[str, Any]:
     }
 
 
-class RedisLock:
+class RedisLock(RemoteLockHealth):
     """Mutual exclusion per key in Redis, with a fencing token and renewal while held.
 
     Args:
@@ -153,6 +153,8 @@ class RedisLock:
             ``password``. ``MissingExtra`` (a ``SagaUsageError``) when redis-py is
             not installed.
     """
+
+    service = "Redis"
 
     def __init__(
         self,
@@ -188,8 +190,6 @@ class RedisLock:
         self._wake = threading.Condition(self._guard)
         self._renewer: threading.Thread | None = None
         self._closed = False
-        self._warned = False
-        self.last_error: str | None = None
         """Why the last call to Redis failed (redacted), None after a success."""
 
     def __repr__(self) -> str:
@@ -232,24 +232,8 @@ class RedisLock:
         """Run one script; raises redis-py's errors (callers turn them into outcomes)."""
         self._connect()
         result = self._scripts[script](keys=keys, args=args)
-        if self.last_error is not None:
-            _log.info("Redis lock at %s is reachable again", self.url)
-        self.last_error = None
-        self._warned = False
+        self._ok()
         return result
-
-    def _failed(self, what: str, exc: BaseException) -> None:
-        text = " ".join(str(redact(str(exc))).split())[:300]
-        self.last_error = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        if not self._warned:  # once per outage, not once per saga
-            self._warned = True
-            _log.warning(
-                "Redis lock at %s unavailable (%s) during %s; sagas are skipped until it "
-                "answers again",
-                self.url,
-                self.last_error,
-                what,
-            )
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         return (self._redis.RedisError, OSError)

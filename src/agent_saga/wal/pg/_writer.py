@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..._crash import crashpoint
@@ -524,36 +524,37 @@ class PgWriter(QueueWriter):
         return None
 
     def _resolve(self, batch_id: str, old_pid: int) -> bool | None:
-        """Whether batch ``batch_id`` committed: True, False, or None (unreachable).
+        """Whether batch ``batch_id`` committed: True, False, or None (unreachable)."""
+        q = sql(self.loc, "SELECT last_batch FROM {s}.leases WHERE log_id = %s AND owner = %s")
 
-        Before looking, make sure the session that sent it is gone, so that it cannot
-        commit after we looked.
+        def committed(c: Any) -> bool:
+            got = c.execute(q, (self.log_id, self.owner)).fetchone()
+            return got is not None and got[0] == batch_id
+
+        return self._after_session(app_name("writer", self.owner), old_pid, committed)
+
+    def _after_session(self, app: str, old_pid: int, check: Callable[[Any], bool]) -> bool | None:
+        """``check(conn)`` once the session ``old_pid`` (named ``app``) is surely gone.
+
+        Terminate the session that sent a commit whose answer was lost, wait until it
+        is gone (so it cannot commit after we looked), then look, on a new
+        connection. Retries with backoff until ``resolve_timeout``; None if the
+        database could not be reached by then.
         """
         deadline = time.monotonic() + self._resolve_timeout
         delay = 0.05
-        me = app_name("writer", self.owner)
         while True:
             try:
                 c = self.loc.connect("resolve", owner=self.owner, timeout=5)
                 try:
-                    while True:
-                        alive = c.execute(
-                            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
-                            "WHERE pid = %s AND application_name = %s",
-                            (old_pid, me),
-                        ).fetchall()
-                        if not alive:
-                            break
+                    while c.execute(
+                        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                        "WHERE pid = %s AND application_name = %s",
+                        (old_pid, app),
+                    ).fetchall():
                         if time.monotonic() > deadline:
                             return None
-                    got = c.execute(
-                        sql(
-                            self.loc,
-                            "SELECT last_batch FROM {s}.leases WHERE log_id = %s AND owner = %s",
-                        ),
-                        (self.log_id, self.owner),
-                    ).fetchone()
-                    return got is not None and got[0] == batch_id
+                    return check(c)
                 finally:
                     c.close()
             except (WALError, self._pg.Error):
@@ -656,38 +657,19 @@ class PgWriter(QueueWriter):
 
     def _resolve_rows(self, written: list[tuple[int, list[bytes]]], old_pid: int) -> bool | None:
         """Whether the rows appended in an exclusive block are in the log, frame for frame."""
-        deadline = time.monotonic() + self._resolve_timeout
-        me = app_name("exclusive", self.owner)
-        delay = 0.05
         q = sql(
             self.loc,
             "SELECT seq, frame FROM {s}.records WHERE log_id = %s AND seq >= %s AND seq < %s",
         )
-        while True:
-            try:
-                c = self.loc.connect("resolve", owner=self.owner, timeout=5)
-                try:
-                    while c.execute(
-                        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
-                        "WHERE pid = %s AND application_name = %s",
-                        (old_pid, me),
-                    ).fetchall():
-                        if time.monotonic() > deadline:
-                            return None
-                    for base, frames in written:
-                        rows = dict(
-                            c.execute(q, (self.log_id, base, base + len(frames))).fetchall()
-                        )
-                        if [bytes(rows.get(base + i, b"")) for i in range(len(frames))] != frames:
-                            return False
-                    return True
-                finally:
-                    c.close()
-            except (WALError, self._pg.Error):
-                if time.monotonic() > deadline:
-                    return None
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+
+        def landed(c: Any) -> bool:
+            for base, frames in written:
+                rows = dict(c.execute(q, (self.log_id, base, base + len(frames))).fetchall())
+                if [bytes(rows.get(base + i, b"")) for i in range(len(frames))] != frames:
+                    return False
+            return True
+
+        return self._after_session(app_name("exclusive", self.owner), old_pid, landed)
 
 
 # ---------------------------------------------------------------------- registry

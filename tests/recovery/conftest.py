@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -151,8 +152,6 @@ def world(
     register_handler("ledger.resolve", ledger_handlers.resolve)
     wal = str(tmp_path / "agent.wal")
     if wal_backend == "postgresql":
-        import uuid
-
         # A fresh log in the session's migrated database (tests/conftest.py).
         database = request.getfixturevalue("pg_log_database")
         wal = f"{database}?agent_saga_log=t-{uuid.uuid4().hex[:12]}"
@@ -160,3 +159,26 @@ def world(
     yield w
     for d in w.daemons:
         d.close()
+
+
+_Closable = TypeVar("_Closable")
+
+
+@pytest.fixture
+def key() -> str:
+    """A lock key no other test uses."""
+    return f"saga-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[_Closable], _Closable]]:
+    """Pass each lock a test makes through this: it is closed when the test ends."""
+    made: list[Any] = []
+
+    def keep(lock: _Closable) -> _Closable:
+        made.append(lock)
+        return lock
+
+    yield keep
+    for lock in made:
+        lock.close()

@@ -46,22 +46,8 @@ def pg_url(service: Callable[[str], str], _database: Callable[[str], str]) -> st
 
 
 @pytest.fixture
-def key() -> str:
-    return f"saga-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def locks() -> Iterator[Callable[..., PgAdvisoryLock]]:
-    made: list[PgAdvisoryLock] = []
-
-    def make(url: str, **kw: object) -> PgAdvisoryLock:
-        lock = PgAdvisoryLock(url, **kw)  # type: ignore[arg-type]
-        made.append(lock)
-        return lock
-
-    yield make
-    for lock in made:
-        lock.close()
+def locks(closing: Callable[[PgAdvisoryLock], PgAdvisoryLock]) -> Callable[..., PgAdvisoryLock]:
+    return lambda url, **kw: closing(PgAdvisoryLock(url, **kw))
 
 
 def _holder_pids(url: str, key: str) -> list[int]:

@@ -30,22 +30,8 @@ def redis_url(service: Callable[[str], str]) -> str:
 
 
 @pytest.fixture
-def key() -> str:
-    return f"saga-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def locks() -> Iterator[Callable[..., RedisLock]]:
-    made: list[RedisLock] = []
-
-    def make(url: str, **kw: object) -> RedisLock:
-        lock = RedisLock(url, **kw)  # type: ignore[arg-type]
-        made.append(lock)
-        return lock
-
-    yield make
-    for lock in made:
-        lock.close()
+def locks(closing: Callable[[RedisLock], RedisLock]) -> Callable[..., RedisLock]:
+    return lambda url, **kw: closing(RedisLock(url, **kw))
 
 
 class OwnRedis:

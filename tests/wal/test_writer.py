@@ -1,4 +1,9 @@
-"""Writer: group commit, failure reporting, backpressure, exclusive access, lifecycle."""
+"""Writer: group commit, failure reporting, backpressure, exclusive access, lifecycle.
+
+What every backend must do (order, group commit across threads and tasks,
+submitted records riding with the next batch) is in ``test_writer_contract.py``,
+which runs on this file backend too; this module tests the file writer's own seams.
+"""
 
 from __future__ import annotations
 
@@ -79,16 +84,6 @@ def test_append_is_durable_and_readable(wal: str) -> None:
         w.close()
 
 
-def test_submit_then_flush_keeps_order(wal: str) -> None:
-    w = WALWriter(wal)
-    for i in range(300):
-        w.submit(rec(i))
-    w.flush()
-    assert _records(wal) == [rec(i) for i in range(300)]
-    assert w.stats.fsyncs < 300
-    w.close()
-
-
 def test_group_commit_deterministic(wal: str) -> None:
     io = GatedIO()
     w = WALWriter(wal, _io=io)
@@ -107,48 +102,6 @@ def test_group_commit_deterministic(wal: str) -> None:
     assert w.stats.records_written == 21
     w.close()
     assert sorted(r["step"] for r in _records(wal)) == list(range(21))  # type: ignore[type-var]
-
-
-def test_many_threads_share_fsyncs(wal: str) -> None:
-    w = WALWriter(wal)
-    errors: list[BaseException] = []
-
-    def worker(t: int) -> None:
-        try:
-            for i in range(40):
-                w.append(rec(i, saga=f"t{t}"))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    got = _records(wal)
-    assert len(got) == 32 * 40
-    for n in range(32):
-        assert [r["step"] for r in got if r["saga"] == f"t{n}"] == list(range(40))
-    assert w.stats.fsyncs < len(got)
-    w.close()
-
-
-async def test_256_async_tasks_share_fsyncs(wal: str) -> None:
-    w = WALWriter(wal)
-
-    async def saga(t: int) -> None:
-        for i in range(20):
-            await w.append_async(rec(i, saga=f"a{t}"))
-
-    await asyncio.gather(*(saga(t) for t in range(256)))
-    await w.flush_async()
-    got = _records(wal)
-    assert len(got) == 256 * 20
-    for t in (0, 100, 255):
-        assert [r["step"] for r in got if r["saga"] == f"a{t}"] == list(range(20))
-    assert w.stats.fsyncs < len(got)
-    w.close()
 
 
 def test_fsync_failure_fails_every_waiter_of_the_batch(wal: str) -> None:
@@ -464,21 +417,6 @@ def test_an_unusable_wal_location_is_a_wal_error_naming_the_path(
     assert str(target) in str(info.value)
     assert "check that" in str(info.value)
     assert info.value.path == str(target)
-
-
-def test_a_submitted_record_waits_for_the_next_batch_and_shares_its_fsync(wal: str) -> None:
-    # saga_begin is submitted, the intent appended: one fsync for both, not two.
-    w = WALWriter(wal)
-    wait_until(lambda: w._flusher_idle, what="the flusher waiting for work")
-    w.submit(rec(0))
-    assert w._flusher_idle, "a submit does not wake the flusher"
-    assert (len(w._pending), w.stats.fsyncs) == (1, 0)
-    w.append(rec(1))
-    assert (w.stats.fsyncs, w.stats.records_written) == (1, 2)
-    w.submit(rec(2))
-    w.flush()  # a flush takes submitted records along
-    assert _records(wal) == [rec(0), rec(1), rec(2)]
-    w.close()
 
 
 def test_a_writer_whose_write_failed_leaves_its_lease_to_expire_instead_of_releasing_it(

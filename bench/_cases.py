@@ -21,11 +21,10 @@ import threading
 import time
 from typing import Any
 
-from _floor import Floors, best_floor
+from _floor import Floors, best_floor, real_frames
 from _stats import gc_paused, monotonic_deadline, summarise
 
 from agent_saga import ActionSemantics, Compensation, saga, tool
-from agent_saga.wal.reader import Record, scan
 from agent_saga.wal.writer import open_writer
 
 __all__ = ["hot_path", "hot_table", "hot_targets"]
@@ -62,17 +61,6 @@ def text_of(size: int) -> str:
     return (_PROSE * (size // len(_PROSE) + 1))[:size]
 
 
-def _last_frames(path: str) -> tuple[bytes, bytes]:
-    last: dict[str, Record] = {}
-    for item in scan(path):
-        if isinstance(item, Record) and item.data.get("type") in ("intent", "committed"):
-            last[item.data["type"]] = item
-    with open(path, "rb") as f:
-        blob = f.read()
-    i, c = last["intent"], last["committed"]
-    return blob[i.offset : i.end], blob[c.offset : c.end]
-
-
 def _kwargs_case(directory: str, size: int, samples: int, chunk: int) -> dict[str, Any]:
     path = os.path.join(directory, f"kwargs-{size}.wal")
     note = text_of(size)
@@ -87,7 +75,7 @@ def _kwargs_case(directory: str, size: int, samples: int, chunk: int) -> dict[st
 
     warm: list[int] = []
     ours(20, warm)
-    intent, committed = _last_frames(path)
+    intent, committed = real_frames(path)
     floors = Floors(directory)
     step_ns: list[int] = []
     try:

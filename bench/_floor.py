@@ -21,7 +21,9 @@ from typing import Any
 
 from _stats import summarise
 
-__all__ = ["Floors", "best_floor"]
+from agent_saga.wal.reader import Record, scan
+
+__all__ = ["Floors", "best_floor", "real_frames"]
 
 _PREALLOC = 32 * 1024 * 1024
 
@@ -100,3 +102,15 @@ def best_floor(floors: Floors, intent: bytes, committed: bytes) -> dict[str, Any
         committed_frame_bytes=len(committed),
     )
     return out
+
+
+def real_frames(path: str) -> tuple[bytes, bytes]:
+    """The last INTENT and COMMITTED frames in the WAL at ``path``, byte for byte."""
+    last: dict[str, Record] = {}
+    for item in scan(path):
+        if isinstance(item, Record) and item.data.get("type") in ("intent", "committed"):
+            last[item.data["type"]] = item
+    with open(path, "rb") as f:
+        blob = f.read()
+    i, c = last["intent"], last["committed"]
+    return blob[i.offset : i.end], blob[c.offset : c.end]

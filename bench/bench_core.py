@@ -43,13 +43,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from _cases import hot_path, hot_table, hot_targets
-from _floor import Floors, best_floor
+from _floor import Floors, best_floor, real_frames
 from _peers import run_sqlite
 from _stats import gc_paused, monotonic_deadline, summarise
 
 from agent_saga import ActionSemantics, Compensation, register_handler, saga, tool
 from agent_saga.testing import MemoryLog
-from agent_saga.wal.reader import Record, scan
 from agent_saga.wal.writer import open_writer
 
 __all__ = ["Params", "main", "run"]
@@ -260,18 +259,6 @@ def _durable_sync_chunk(path: str, n: int, out: list[int]) -> None:
             t0 = pc()
             charge_sync(i)
             out.append(pc() - t0)
-
-
-def real_frames(path: str) -> tuple[bytes, bytes]:
-    """The last INTENT and COMMITTED frames in the WAL, byte for byte."""
-    last: dict[str, Record] = {}
-    for item in scan(path):
-        if isinstance(item, Record) and item.data.get("type") in ("intent", "committed"):
-            last[item.data["type"]] = item
-    with open(path, "rb") as f:
-        blob = f.read()
-    i, c = last["intent"], last["committed"]
-    return blob[i.offset : i.end], blob[c.offset : c.end]
 
 
 def _one_step_sagas(path: str, n: int) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,9 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-BIN = Path(sys.executable).parent
-AGENT_SAGA = str(BIN / "agent-saga")
-RECOVERYD = str(BIN / "saga-recoveryd")
+from shell_rig import AGENT_SAGA, user_env
+
 SCHEMA = "agent_saga"
 
 
@@ -61,18 +59,6 @@ def fresh_log(database: str) -> str:
     """The URL of a new, empty log (its own ``agent_saga_log``) in ``database``."""
     sep = "&" if "?" in database else "?"
     return f"{database}{sep}agent_saga_log=t-{uuid.uuid4().hex[:12]}"
-
-
-def user_env(**extra: str) -> dict[str, str]:
-    """A user's shell: no agent-saga variables, no PYTHONPATH, ``HOME`` as given."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("AGENT_SAGA_") and k not in ("PYTHONPATH", "PYTHONSTARTUP")
-    }
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra)
-    return env
 
 
 def cli(

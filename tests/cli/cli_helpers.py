@@ -9,28 +9,13 @@ agent script — into the test's working directory, the way a user's project loo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BIN = Path(sys.executable).parent
-AGENT_SAGA = str(BIN / "agent-saga")
-RECOVERYD = str(BIN / "saga-recoveryd")
-
-
-def user_env(**extra: str) -> dict[str, str]:
-    """The environment of a user's shell: no agent-saga variables, no PYTHONPATH."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("AGENT_SAGA_") and k not in ("PYTHONPATH", "PYTHONSTARTUP")
-    }
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra)
-    return env
+from shell_rig import AGENT_SAGA, RECOVERYD, user_env
 
 
 def run(

@@ -23,15 +23,8 @@ from typing import Any
 import pytest
 
 from agent_saga.wal.store import open_store
-from pg_parity import (
-    RECOVERYD,
-    Tables,
-    assert_one_line_error,
-    cli,
-    fresh_log,
-    module_database,
-    user_env,
-)
+from pg_parity import Tables, assert_one_line_error, cli, fresh_log, module_database
+from shell_rig import RECOVERYD, user_env
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,8 @@ from agent_saga.wal import records as r
 from agent_saga.wal.reader import Record, scan
 from agent_saga.wal.state import fold_file
 from agent_saga.wal.store import open_store
-from pg_parity import Tables, cli, fresh_log, module_database, user_env
+from pg_parity import Tables, cli, fresh_log, module_database
+from shell_rig import user_env
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .gate import ApprovalRequest
 
-__all__ = ["Append", "AppendFenced", "Approve", "Call", "Command", "Protocol", "Sleep", "Submit"]
+__all__ = [
+    "Append",
+    "AppendFenced",
+    "Approve",
+    "Call",
+    "Command",
+    "Forward",
+    "Protocol",
+    "Sleep",
+    "Submit",
+]
 
 
 class Append:
@@ -58,6 +68,16 @@ class Call:
         self.kwargs = kwargs
 
 
+class Forward(Call):
+    """Call a step's forward function: the driver notes that the call is in flight.
+
+    A rollback lets calls in flight finish before it cancels them (they may still
+    land); a step still waiting for its gate or approver is cancelled at once.
+    """
+
+    __slots__ = ()
+
+
 class Approve:
     """Ask ``approver`` about ``request``; the driver sends back a ``Decision``."""
 
@@ -77,5 +97,5 @@ class Sleep:
         self.seconds = seconds
 
 
-Command = Append | AppendFenced | Submit | Call | Approve | Sleep
+Command = Append | AppendFenced | Submit | Call | Forward | Approve | Sleep
 Protocol = Generator[Command, Any, Any]

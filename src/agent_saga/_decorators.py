@@ -272,20 +272,35 @@ async def _tracked(scope: Scope, run_step: Callable[..., Awaitable[Any]], *args:
 
 
 async def _drain_inflight(scope: Scope) -> None:
-    """Cancel and await steps still running in sibling tasks before the saga unwinds.
+    """Let steps still running in sibling tasks finish, or cancel them, before unwinding.
 
     ``asyncio.gather`` re-raises the first failure while its other tasks go on; a step
-    finishing after the rollback would never be undone. Like a ``TaskGroup``, the
-    saga cancels them; a cancelled forward call has an unknown outcome and is then
-    resolved or escalated by the rollback like any other.
+    finishing after the rollback would never be undone. A step is "no effect" only
+    once its call can no longer land, so the saga first waits for the forward calls
+    in flight to finish by themselves (up to ``inflight_grace_seconds``; a step still
+    at its gate or approver has sent nothing and is cancelled at once): each is settled by
+    its real outcome (a result is compensated). Only the calls still running after
+    that are cancelled; a forward call cancelled in flight may still land, so the
+    rollback may undo it when its resolver finds it landed, and escalates it
+    otherwise — it never records it as "no effect" (docs/concepts.md).
     """
     me = current_task()
     others = {t for t in scope.run.inflight if t is not me and t is not None and not t.done()}
     if not others:
         return
-    for task in others:
+    # A step still at its gate or approver has sent nothing: cancelled at once.
+    calling = {t for t in others if t in scope.run.forwarding}
+    pending = others - calling
+    grace = scope.run.options.inflight_grace_seconds
+    for task in pending:
         task.cancel()
-    await asyncio.wait(others)
+    if calling and grace > 0:
+        _, calling = await asyncio.wait(calling, timeout=grace)
+    pending |= calling
+    for task in calling:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)
 
 
 async def _sync_reversible_in_async(
@@ -611,6 +626,7 @@ def saga(
     compensation_retry: RetryPolicy | None = ...,
     log: Any = ...,
     encryptor: Any = ...,
+    inflight_grace_seconds: float = ...,
 ) -> SagaContext: ...
 
 
@@ -626,6 +642,7 @@ def saga(
     compensation_retry: RetryPolicy | None = None,
     log: Any = None,
     encryptor: Any = None,
+    inflight_grace_seconds: float = 30.0,
 ) -> Any:
     """Run a block or a function as one saga: undo every completed step on failure.
 
@@ -657,6 +674,12 @@ def saga(
             step is escalated (default ``RetryPolicy()``: 3 attempts).
         log: A log backend to use instead of the WAL (e.g. ``testing.MemoryLog()``).
         encryptor: Encrypts the WAL at rest (default: ``AGENT_SAGA_WAL_KEY`` if set).
+        inflight_grace_seconds: On rollback, how long to wait for tool calls still
+            running in other tasks (e.g. ``asyncio.gather`` siblings) to finish by
+            themselves before cancelling them (default 30; 0 cancels at once). A call
+            that finishes is undone by its real outcome; a call cancelled in flight
+            may still land, so it is undone if its resolver finds it landed and
+            escalated otherwise.
 
     Returns:
         A :class:`SagaContext`, or the decorated function.
@@ -677,6 +700,7 @@ def saga(
         compensation_retry=compensation_retry or RetryPolicy(),
         log=log,
         encryptor=encryptor,
+        inflight_grace_seconds=inflight_grace_seconds,
     )
     if fn is not None:
         return _decorate(fn, options)

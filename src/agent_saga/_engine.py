@@ -14,6 +14,7 @@ plain function both drivers share.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
 import json
@@ -21,7 +22,17 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _crash
-from ._commands import Append, AppendFenced, Approve, Call, Command, Protocol, Sleep, Submit
+from ._commands import (
+    Append,
+    AppendFenced,
+    Approve,
+    Call,
+    Command,
+    Forward,
+    Protocol,
+    Sleep,
+    Submit,
+)
 from ._registry import is_registered
 from ._types import ActionSemantics, Compensation, RetryPolicy
 from ._undo import (
@@ -64,6 +75,7 @@ __all__ = [
     "goes_straight",
     "intent_record",
     "new_durable_step",
+    "not_sent_record",
     "nothing_to_settle",
     "refusal_protocol",
     "reversible_begin",
@@ -112,6 +124,7 @@ class Step:
     attempts = 0
     unknown_attempts: list[int] = []  # noqa: RUF012 - replaced before any append
     idempotency_key = ""
+    interrupted = False  # a forward call was cancelled / interrupted while in flight
 
     def __init__(self, step_id: int, spec: ToolSpec, scope: Scope) -> None:
         self.id = step_id
@@ -346,10 +359,14 @@ def step_protocol(
         step.attempts += 1
         attempt = step.attempts
         _crash.crashpoint("step.before_intent")
-        yield Append(intent_record(run, step, attempt, approved_by))
+        try:
+            yield Append(intent_record(run, step, attempt, approved_by))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            yield Submit(not_sent_record(run, step, attempt))
+            raise
         _crash.crashpoint("step.after_intent")
         try:
-            result = yield Call(fn, args, call_kwargs)
+            result = yield Forward(fn, args, call_kwargs)
         except BaseException as exc:
             record, delay = forward_failed(run, step, exc, attempt)
             yield Submit(record)
@@ -460,6 +477,11 @@ def forward_failed(
         "ts": now(),
     }
     if outcome == "unknown":
+        if not isinstance(exc, Exception):
+            # Cancelled (or Ctrl-C) while in flight: the request it sent may still be
+            # executing, so no resolver may call it "no effect" in this process.
+            step.interrupted = True
+            record["interrupted"] = True
         step.unknown_attempts.append(attempt)
         if step.state is StepState.RUNNING:
             step.state = StepState.UNKNOWN
@@ -468,6 +490,25 @@ def forward_failed(
     if delay is None and step.state is StepState.RUNNING:
         step.state = StepState.NO_EFFECT
     return record, delay
+
+
+def not_sent_record(run: Run, step: Step, attempt: int) -> dict[str, Any]:
+    """The ``forward_failed`` record of an attempt cancelled while its intent was written.
+
+    The intent may have reached the disk, but the forward call was never made: no
+    effect (and the log shows no dangling intent in a saga that ended).
+    """
+    if step.state is StepState.RUNNING:
+        step.state = StepState.NO_EFFECT
+    return {
+        "type": R.FORWARD_FAILED,
+        "saga": run.id,
+        "step": step.id,
+        "attempt": attempt,
+        "outcome": "no_effect",
+        "error": "cancelled before the forward call was made",
+        "ts": now(),
+    }
 
 
 def commit_record(
@@ -595,6 +636,7 @@ def _target(run: Run, step: Step) -> Target:
         kwargs=step.kwargs,
         preimage=step.preimage,
         idempotency_key=step.idempotency_key,
+        may_still_land=step.interrupted,
     )
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from . import _config, _crash
 from . import _engine as E
-from ._commands import Append, AppendFenced, Approve, Call, Command, Submit
+from ._commands import Append, AppendFenced, Approve, Call, Command, Forward, Submit
 from ._engine import Step
 from ._types import RetryPolicy
 from ._undo import jsonable
@@ -98,6 +98,7 @@ class SagaOptions:
     compensation_retry: RetryPolicy = field(default_factory=RetryPolicy)
     log: LogBackend | None = None
     encryptor: Any = None
+    inflight_grace_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if self.name is not None and not isinstance(self.name, str):
@@ -111,6 +112,12 @@ class SagaOptions:
                 raise SagaUsageError(f"policy {policy!r} is not callable")
         if not isinstance(self.compensation_retry, RetryPolicy):
             raise SagaUsageError("compensation_retry must be a RetryPolicy")
+        grace = self.inflight_grace_seconds
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+            raise SagaUsageError(
+                "inflight_grace_seconds must be a number of seconds >= 0 (how long a "
+                "rollback waits for tool calls still in flight before cancelling them)"
+            )
 
 
 _ID_BATCH = 64
@@ -153,6 +160,7 @@ class Run:
         "compensation_retry",
         "done",
         "escalations",
+        "forwarding",
         "id",
         "inflight",
         "name",
@@ -173,6 +181,7 @@ class Run:
         self.reported = 0  # escalations already logged
         self.side_effects = 0
         self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
+        self.forwarding: set[asyncio.Task[Any] | None] = set()  # ... inside its forward call
         self.calls: list[tuple[Any, str]] = []  # tool coroutines made in this saga
         self.closed = False  # set once the saga committed or unwound
         self._next = 1
@@ -398,7 +407,7 @@ def drive_sync(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
         send = throw = None
         try:
             kind = type(cmd)
-            if kind is Call:
+            if kind is Call or kind is Forward:
                 send = _call_blocking(cmd.fn, cmd.args, cmd.kwargs)  # type: ignore[union-attr]
             elif kind is Append:
                 run.log().append(cmd.record)  # type: ignore[union-attr]
@@ -430,6 +439,8 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 send = cmd.fn(*cmd.args, **cmd.kwargs)  # type: ignore[union-attr]
                 if inspect.isawaitable(send):
                     send = await send
+            elif kind is Forward:
+                send = await _forwarding(run, cmd)  # type: ignore[arg-type]
             elif kind is Append:
                 await run.log().append_async(cmd.record)  # type: ignore[union-attr]
             elif kind is Submit:
@@ -452,6 +463,19 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 await asyncio.sleep(cmd.seconds)  # type: ignore[union-attr]
         except BaseException as exc:  # handed to the protocol, which decides
             throw = exc
+
+
+async def _forwarding(run: Run, cmd: Forward) -> Any:
+    """Run a forward call, noted in ``run.forwarding`` while it is in flight."""
+    task = asyncio.current_task()
+    run.forwarding.add(task)
+    try:
+        result = cmd.fn(*cmd.args, **cmd.kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    finally:
+        run.forwarding.discard(task)
 
 
 async def straight_step_async(
@@ -481,8 +505,14 @@ async def straight_step_async(
     call_kwargs = E.forward_kwargs(spec, step, kwargs)
     step.attempts = 1
     _crash.crashpoint("step.before_intent")
-    await log.append_async(E.intent_record(run, step, 1, "gate"))
+    try:
+        await log.append_async(E.intent_record(run, step, 1, "gate"))
+    except asyncio.CancelledError:
+        log.submit(E.not_sent_record(run, step, 1))
+        raise
     _crash.crashpoint("step.after_intent")
+    task = asyncio.current_task()
+    run.forwarding.add(task)
     try:
         result = fn(*args, **call_kwargs)
         if inspect.isawaitable(result):
@@ -491,6 +521,8 @@ async def straight_step_async(
         record, _ = E.forward_failed(run, step, exc, 1)  # no retry on this path
         log.submit(record)
         raise
+    finally:
+        run.forwarding.discard(task)
     _crash.crashpoint("step.after_call")
     committed, problem = E.commit_record(run, step, result, 1)
     try:

@@ -119,7 +119,17 @@ class Target:
     Recovery builds it from the log (``StepView``); rollback from the live ``Step``.
     """
 
-    __slots__ = ("by", "idempotency_key", "kwargs", "preimage", "resolver", "saga", "step", "tool")
+    __slots__ = (
+        "by",
+        "idempotency_key",
+        "kwargs",
+        "may_still_land",
+        "preimage",
+        "resolver",
+        "saga",
+        "step",
+        "tool",
+    )
 
     def __init__(
         self,
@@ -132,6 +142,7 @@ class Target:
         kwargs: Mapping[str, Any] | None = None,
         preimage: Any = None,
         idempotency_key: str = "",
+        may_still_land: bool = False,
     ) -> None:
         self.saga = saga
         self.step = step
@@ -141,6 +152,10 @@ class Target:
         self.kwargs = dict(kwargs or {})
         self.preimage = preimage
         self.idempotency_key = idempotency_key
+        # The forward call was interrupted while in flight (cancelled, Ctrl-C) in this
+        # still-running process: a request it sent may still be executing, so a
+        # resolver that finds nothing *yet* proves nothing (docs/concepts.md).
+        self.may_still_land = may_still_land
 
     @property
     def token(self) -> str:
@@ -315,6 +330,9 @@ def resolve_unknown(
         )
         yield from escalate(t.saga, t.step, f"resolver undecided: {why}", t.by)
         return "escalated", None
+    if verdict.outcome == "no_effect" and t.may_still_land:
+        yield from escalate(t.saga, t.step, _still_in_flight(t, verdict.reason), t.by)
+        return "escalated", None
     if verdict.outcome == "no_effect":
         yield Append(
             {
@@ -330,6 +348,15 @@ def resolve_unknown(
         return "no_effect", None
     assert verdict.compensation is not None
     return (yield from undo_compensation(t, verdict.compensation, policy))
+
+
+def _still_in_flight(t: Target, found: str) -> str:
+    return (
+        f"outcome unknown: the forward call of {t.tool!r} was interrupted while in flight, "
+        f"and its resolver {t.resolver!r} found no effect yet ({found}); a call is "
+        "'no effect' only once it can no longer land, and this one may still land — "
+        "check it and resolve this by hand"
+    )
 
 
 # --- one durable step, whoever undoes it -------------------------------------------------

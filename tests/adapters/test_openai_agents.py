@@ -22,6 +22,7 @@ from scripted import Call, openai_model
 agents = pytest.importorskip("agents")
 from agents import Agent, FunctionTool, RunContextWrapper, function_tool  # noqa: E402
 
+from agent_saga import ActionSemantics  # noqa: E402
 from agent_saga.adapters.openai_agents import ToolApprovals, saga_run, wrap_tool  # noqa: E402
 
 FW = driver("openai-agents")
@@ -57,6 +58,48 @@ async def test_parallel_tool_calls_of_one_turn_unwind_in_reverse_completion_orde
     assert _charges("charge") == ["ch_3", "ch_2", "ch_1"]
     assert _charges("refund") == ["ch_1", "ch_2", "ch_3"], "reverse completion order"
     assert len(runs_json(wal)[0]["steps"]) == 3
+
+
+async def test_a_parallel_call_still_in_flight_when_a_sibling_fails_is_undone_by_its_result(
+    wal: str,
+) -> None:
+    """The SDK runs one turn's calls concurrently; when one raises, the run fails while
+    the other is still in flight. Its charge lands (the provider accepted it), so the
+    rollback waits for it and refunds it from its result — not cancelled, escalated
+    or forgotten."""
+    charging, sibling_failed = asyncio.Event(), asyncio.Event()
+
+    async def slow_charge(charge_id: str) -> str:
+        """Charge; the provider answers only after the sibling call failed."""
+        charging.set()
+        await sibling_failed.wait()
+        # A slow provider: the run's failure reaches the saga meanwhile. (The rollback
+        # waits for the call whatever this takes; the pause only makes sure that a
+        # rollback that did not wait would be seen not waiting.)
+        await asyncio.sleep(0.3)
+        return charge(charge_id)
+
+    async def fail_lookup(charge_id: str) -> str:
+        """A tool whose error is not handed back to the model: it ends the run."""
+        await charging.wait()  # the charge is in flight
+        asyncio.get_running_loop().call_soon(sibling_failed.set)
+        raise LookupError("the CRM is down")
+
+    tools = [
+        wrap_tool(function_tool(slow_charge), semantics=COMPENSABLE, compensate=compensate_charge),
+        wrap_tool(
+            function_tool(fail_lookup, failure_error_function=None),
+            semantics=ActionSemantics.REVERSIBLE,
+        ),
+    ]
+    turns = [[Call("slow_charge", {"charge_id": "ch_1"}), Call("fail_lookup", {"charge_id": "x"})]]
+    with pytest.raises(Exception, match="CRM is down"):
+        await FW.run(FW.target(tools, turns), wal_path=wal)
+    assert _charges("charge") == ["ch_1"]
+    assert _charges("refund") == ["ch_1"]
+    [run] = runs_json(wal)
+    assert run["outcome"] == "rolled_back"
+    assert run["escalations"] == []
 
 
 def _approval_agent() -> Agent[Any]:

@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from agent_saga import ActionSemantics, Compensation, CompensationFailed, saga, tool
+from agent_saga import (
+    ActionSemantics,
+    Compensation,
+    CompensationFailed,
+    Resolution,
+    SagaUsageError,
+    register_handler,
+    saga,
+    tool,
+)
 from agent_saga.testing import MemoryLog
 from agent_saga.wal import records as R
 
@@ -330,23 +339,30 @@ def test_ctrl_c_during_a_sync_rollback_is_held_until_every_compensation_ran() ->
     assert [r["outcome"] for r in log.of_type(R.SAGA_END)] == ["rolled_back"]
 
 
-async def test_gathered_tool_still_running_when_the_saga_unwinds_is_not_orphaned() -> None:
-    """``gather`` re-raises the first failure while a sibling tool is still in flight; the
-    saga unwinds at once. When the sibling's charge lands afterwards it must still be
-    compensated or escalated — not recorded as committed after ``saga_end`` and forgotten.
+def _slow_and_failing_pair(
+    undone: list[str], landed: list[str], release: asyncio.Event, *, resolver: str | None = None
+) -> tuple[Any, Any]:
+    """A slow COMPENSABLE charge, and a sibling that fails once the charge is in flight.
+
+    The charge's effect lands when ``release`` is set, however its task ends — like a
+    provider that already accepted the request — and ``landed`` says so.
     """
-    undone: list[str] = []
-    in_flight, release = asyncio.Event(), asyncio.Event()
-    log = MemoryLog()
+    in_flight = asyncio.Event()
+
+    async def land_when_released() -> None:
+        await release.wait()
+        landed.append("ch_slow")
 
     @tool(
         semantics=ActionSemantics.COMPENSABLE,
-        compensate=lambda r: Compensation(fn=lambda: undone.append("slow")),
+        compensate=lambda r: Compensation(fn=lambda: undone.append(r)),
         name="slow",
+        resolver=resolver,
     )
     async def slow() -> str:
+        provider = asyncio.ensure_future(land_when_released())
         in_flight.set()
-        await release.wait()
+        await asyncio.shield(provider)
         return "ch_slow"
 
     @tool(
@@ -359,28 +375,95 @@ async def test_gathered_tool_still_running_when_the_saga_unwinds_is_not_orphaned
         await in_flight.wait()
         raise ValueError("declined")
 
-    sibling: list[asyncio.Future[Any]] = []
+    return slow, fast
+
+
+async def test_gathered_tool_landing_while_the_saga_unwinds_is_compensated_by_its_result() -> None:
+    """``gather`` re-raises the first failure while a sibling tool is still in flight.
+    The rollback waits for the sibling's call to finish (it may still land) and undoes
+    it by its real result — no guess, no escalation."""
+    undone: list[str] = []
+    landed: list[str] = []
+    release = asyncio.Event()
+    log = MemoryLog()
+    slow, fast = _slow_and_failing_pair(undone, landed, release)
+
+    async def fail_then_land() -> None:
+        await fast()
 
     async def agent() -> None:
         async with saga(log=log):
             slow_task = asyncio.ensure_future(slow())
+            try:
+                await asyncio.gather(slow_task, fail_then_land())
+            finally:
+                # The saga starts unwinding now, with the charge still in flight; the
+                # provider lands it a moment later.
+                asyncio.get_running_loop().call_soon(release.set)
+
+    with pytest.raises(ValueError, match="declined"):
+        await agent()
+    assert landed == ["ch_slow"]
+    assert undone == ["ch_slow"]  # compensated from the result it really returned
+    assert [r["step"] for r in log.of_type(R.COMMITTED)] == [1]
+    assert log.of_type(R.ESCALATED) == []
+    assert [r["outcome"] for r in log.of_type(R.SAGA_END)] == ["rolled_back"]
+
+
+_RESOLVER_SAW: list[str] = []
+
+
+@register_handler("test.cancellation.finds_nothing_yet")
+def _finds_nothing_yet(**kw: Any) -> Resolution:
+    _RESOLVER_SAW.append(kw["tool"])
+    return Resolution.no_effect("no charge with this key (yet)")
+
+
+async def test_call_cancelled_in_flight_is_never_no_effect_when_its_resolver_finds_nothing() -> (
+    None
+):
+    """Past ``inflight_grace_seconds`` the sibling is cancelled. Its request may still
+    land, so a resolver that finds nothing *yet* proves nothing: escalated, not
+    "no effect" — and when the charge does land, a human has it in the queue."""
+    undone: list[str] = []
+    landed: list[str] = []
+    release = asyncio.Event()
+    log = MemoryLog()
+    _RESOLVER_SAW.clear()
+    slow, fast = _slow_and_failing_pair(
+        undone, landed, release, resolver="test.cancellation.finds_nothing_yet"
+    )
+    sibling: list[asyncio.Future[Any]] = []
+
+    async def agent() -> None:
+        async with saga(log=log, inflight_grace_seconds=0):
+            slow_task = asyncio.ensure_future(slow())
             sibling.append(slow_task)
             await asyncio.gather(slow_task, fast())
 
-    # Like a TaskGroup, the saga cancels the sibling before unwinding; the cancelled
-    # forward call may have landed, so it is escalated and the rollback is incomplete.
     with pytest.raises(CompensationFailed) as caught:
         await agent()
     assert isinstance(caught.value.__cause__, ValueError)
     assert sibling[0].cancelled()
+    assert _RESOLVER_SAW == ["slow"]  # it was asked; "found" would have been acted on
 
-    release.set()
-    await asyncio.gather(*sibling, return_exceptions=True)
-
+    release.set()  # the provider lands the charge after all
+    await asyncio.sleep(0)
+    assert landed == ["ch_slow"]
+    [failed] = [r for r in log.of_type(R.FORWARD_FAILED) if r["step"] == 1]
+    assert (failed["outcome"], failed["interrupted"]) == ("unknown", True)
     escalated = log.of_type(R.ESCALATED)
     assert [r["step"] for r in escalated] == [1]
-    assert "outcome unknown" in escalated[0]["reason"]
+    assert "interrupted while in flight" in escalated[0]["reason"]
+    assert "may still land" in escalated[0]["reason"]
+    assert not any(r.get("outcome") == "no_effect" for r in log.of_type(R.COMPENSATED))
     assert log.types()[-1] == R.SAGA_END, "nothing is recorded after the saga ended"
+
+
+def test_inflight_grace_must_be_a_non_negative_number() -> None:
+    for bad in (-1, "5", True, float("nan")):
+        with pytest.raises(SagaUsageError, match="inflight_grace_seconds"):
+            saga(inflight_grace_seconds=bad)  # type: ignore[arg-type]
 
 
 async def test_reversible_sibling_finishing_after_the_unwind_restores_itself() -> None:

@@ -15,6 +15,7 @@ import asyncio
 import fcntl
 import json
 import os
+import threading
 import time
 from typing import Any, TypedDict
 
@@ -29,9 +30,15 @@ _args.add_argument(
     default="",
     help="a file: refund records refund_waiting, then waits until the file exists",
 )
+_args.add_argument(
+    "--lookups-wait-for",
+    default="",
+    help="a file: find_charge reads the ledger, records lookup_waiting, then waits for it",
+)
 _opts = _args.parse_args()
 LEDGER: str = _opts.ledger
 REFUND_GATE: str = _opts.refunds_wait_for
+LOOKUP_GATE: str = _opts.lookups_wait_for
 
 mcp = FastMCP("ledger")
 
@@ -67,13 +74,27 @@ class Found(TypedDict):
     charge_id: str
 
 
+def _block_until(path: str, seconds: float = 120) -> None:
+    """Wait (bounded) until the test creates ``path``; run in a thread, never on the loop."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @mcp.tool()
 async def charge(
-    customer: str, amount: int, idempotency_key: str = "", crash: str = "", delay: float = 0
+    customer: str,
+    amount: int,
+    idempotency_key: str = "",
+    crash: str = "",
+    delay: float = 0,
+    land_when: str = "",
 ) -> Charge:
     """Charge a customer. crash="before"/"after" kills the server around the effect;
     delay makes a slow provider that already accepted the charge (it lands later, even
-    if the request is cancelled meanwhile)."""
+    if the request is cancelled meanwhile); land_when (a file) is the same provider,
+    landing the charge when the test creates that file (charge_waiting is recorded
+    first, so the test knows the call is in flight)."""
     if crash == "before":
         os._exit(3)
 
@@ -93,6 +114,18 @@ async def charge(
         )
         return {"charge_id": cid, "customer": customer, "amount": amount}
 
+    if land_when:
+        _locked(lambda entries, append: append({"op": "charge_waiting", "key": idempotency_key}))
+        landed: list[Charge] = []
+
+        def provider() -> None:  # goes on if the request is cancelled, and while the
+            _block_until(land_when)  # loop is blocked (the refund gate blocks it)
+            landed.append(_locked(do))
+
+        thread = threading.Thread(target=provider, daemon=True)
+        thread.start()
+        await anyio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
+        return landed[0]
     if delay:
         asyncio.get_running_loop().call_later(delay, _locked, do)
         await asyncio.sleep(delay + 0.2)
@@ -136,16 +169,21 @@ def refund(charge_id: str, idempotency_key: str = "") -> Refund:
 
 
 @mcp.tool()
-def find_charge(idempotency_key: str) -> Found:
+async def find_charge(idempotency_key: str) -> Found:
     """Look a charge up by the idempotency key it was made with."""
 
     def do(entries: list[dict[str, Any]], append: Any) -> Found:
+        found: Found = {"found": False, "charge_id": ""}
         for e in entries:
             if e["op"] == "charge" and idempotency_key and e.get("key") == idempotency_key:
-                return {"found": True, "charge_id": e["id"]}
-        return {"found": False, "charge_id": ""}
+                found = {"found": True, "charge_id": e["id"]}
+        append({"op": "lookup", "key": idempotency_key, "found": found["found"]})
+        return found
 
     result: Found = _locked(do)
+    if LOOKUP_GATE:  # the answer was read; the test may land the charge meanwhile
+        _locked(lambda entries, append: append({"op": "lookup_waiting"}))
+        await anyio.to_thread.run_sync(_block_until, LOOKUP_GATE)
     return result
 
 

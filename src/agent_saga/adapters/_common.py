@@ -396,13 +396,19 @@ class SagaStep:
             NoActiveSaga: no saga is active.
             GateRefused: the gate refused and the framework expects an exception.
         """
-        if current_saga() is None:
+        scope = current_saga()
+        if scope is None:
             raise self._no_saga()
         token = _FORWARD.set(forward)
         try:
-            return await self._settle_async(self._async(*args, **kwargs))
+            step = asyncio.ensure_future(self._settle_async(self._async(*args, **kwargs)))
         finally:
             _FORWARD.reset(token)
+        try:
+            return await asyncio.shield(step)
+        except asyncio.CancelledError:
+            await _let_land(step, scope.run.options.inflight_grace_seconds)
+            raise
 
     def _settle(self, run: Callable[[], Any]) -> Any:
         try:
@@ -425,6 +431,20 @@ class SagaStep:
         except Exception as exc:
             _note_failure(self.name, exc)
             raise
+
+
+async def _let_land(step: asyncio.Future[Any], grace: float) -> None:
+    """The framework cancelled a call in flight (frameworks cancel a turn's other calls
+    when one fails): the call may still land, so it is given ``grace`` seconds to end
+    by itself — a result then joins the saga and is undone by it — before it is
+    cancelled (an interrupted call, which only its resolver finding it can undo)."""
+    if not step.done() and grace > 0:
+        await asyncio.wait({step}, timeout=grace)
+    if not step.done():
+        step.cancel()
+        await asyncio.wait({step})
+    if not step.cancelled():
+        step.exception()  # retrieved: the framework gets its cancellation instead
 
 
 def _loop_running() -> bool:

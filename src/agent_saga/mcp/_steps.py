@@ -35,6 +35,7 @@ from typing import Any
 from .. import tool as saga_tool
 from .._types import ActionSemantics, Compensation
 from . import _jsonrpc as J
+from ._inflight import Flight, process_identity, track, untrack
 from ._upstream import Upstream
 from .errors import (
     McpNoEffect,
@@ -166,6 +167,7 @@ class ToolRunner:
                 "mcp": {
                     "server": server,
                     "session": session,
+                    "process": process_identity(self.upstream.pid),
                     "resolver": {
                         "tool": tp.resolver.tool,
                         "arguments": dict(tp.resolver.arguments),
@@ -214,13 +216,24 @@ class ToolRunner:
             fut = up.expect(call.rid)
             if fut is None:
                 raise McpNoEffect(f"request id {call.rid!r} is already in use", tool=tp.name)
+            flight = Flight(
+                runner.session,
+                idempotency_key,
+                tp.name,
+                fut,
+                asyncio.get_running_loop().time() + timeout,
+                process_bound=up.spec.url is None,
+            )
             try:
                 await up.send(line)
             except McpServerExited as exc:
                 up.forget(call.rid)
                 raise McpNoEffect(f"{up.label} is not running; {tp.name!r} was not sent") from exc
             call.sent = True
-            raw, msg = await _answer(up, call, fut, timeout, grace, tp.name)
+            track(flight)
+            raw, msg = await _answer(up, call, flight, timeout, grace)
+            if not flight.cancel_sent:
+                untrack(flight)  # answered: the engine settles the step from this answer
             call.response = raw
             return _outcome(tp.name, rule, raw, msg, sent_args, idempotency_key)
 
@@ -229,55 +242,64 @@ class ToolRunner:
 
 
 async def _answer(
-    up: Upstream,
-    call: CallContext,
-    fut: asyncio.Future[tuple[bytes, Any]],
-    seconds: float,
-    grace: float,
-    name: str,
+    up: Upstream, call: CallContext, flight: Flight, seconds: float, grace: float
 ) -> tuple[bytes, Any]:
-    """Wait for the server's answer; after a client cancel, only ``grace`` seconds more."""
+    """Wait for the server's answer until the call's deadline (``grace`` s after a client cancel).
+
+    A rollback that starts while the call is in flight (the task is cancelled) does
+    not make it "no effect": the call may still land, so the wait for its answer goes
+    on until the deadline, and the step is settled by what the server says. Only when
+    there is still no answer is the request cancelled and the outcome UNKNOWN; it
+    stays tracked (:mod:`._inflight`), so a late answer is kept for the resolver.
+    """
+    fut, name = flight.future, flight.tool
+    loop = asyncio.get_running_loop()
     cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(call.cancelled.wait())
     try:
         waiting: set[asyncio.Future[Any]] = {fut, cancel_wait}
-        done, _ = await asyncio.wait(waiting, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait(
+                waiting,
+                timeout=max(0.0, flight.deadline - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except asyncio.CancelledError:
+            done = await _through_rollback(flight)
         if fut not in done and cancel_wait in done:
+            flight.cancel_sent = True  # the client's cancellation went to the server
             only: set[asyncio.Future[Any]] = {fut}
             done, _ = await asyncio.wait(only, timeout=grace)
             if fut not in done:
-                _abandon(fut, call.rid)
                 raise McpTimeout(
                     f"the client cancelled {name!r} and the server did not answer within "
                     f"{grace:g} s; the call may have landed",
                     tool=name,
                 )
         if fut not in done:
-            _abandon(fut, call.rid)
+            flight.cancel_sent = True
             await up.cancel(call.rid, f"agent-saga: no answer within {seconds:g} s")
             raise McpTimeout(
                 f"{up.label} did not answer {name!r} within {seconds:g} s; the call may still land",
                 tool=name,
             )
         return fut.result()
-    except asyncio.CancelledError:
-        # The saga is rolling back while this call is in flight: tell the server.
-        _abandon(fut, call.rid)
-        await up.cancel(call.rid, "agent-saga: the saga is rolling back")
-        raise
     finally:
         cancel_wait.cancel()
 
 
-def _abandon(fut: asyncio.Future[tuple[bytes, Any]], rid: Any) -> None:
-    """Nobody waits for this answer any more: drop it (and say so) when it comes."""
+async def _through_rollback(flight: Flight) -> set[asyncio.Future[Any]]:
+    """The saga rolls back while this call is in flight: wait for its answer anyway.
 
-    def late(f: asyncio.Future[tuple[bytes, Any]]) -> None:
-        if f.cancelled():
-            return
-        if f.exception() is None:
-            _warn(f"a late answer to request {rid!r} was dropped; the step's outcome stays unknown")
-
-    fut.add_done_callback(late)
+    The task's cancellation is taken back (``uncancel``) once the answer is in, so
+    the step is settled by its real outcome. A second cancellation gives up: the
+    step is then UNKNOWN, and interrupted (no resolver may call it "no effect").
+    """
+    task = asyncio.current_task()
+    remaining = max(0.0, flight.deadline - asyncio.get_running_loop().time())
+    done, _ = await asyncio.wait({flight.future}, timeout=remaining)
+    if task is not None:
+        task.uncancel()
+    return done
 
 
 def _outcome(

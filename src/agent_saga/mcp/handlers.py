@@ -15,6 +15,8 @@ so that a process that never saw the policy file can start the same server.
   records make sure agent-saga itself sends it once.
 * ``mcp.resolve`` (the resolver) settles a forward call of unknown outcome with
   the policy's lookup tool, whose description travels in the step's pre-image.
+  Inside the proxy that forwarded the call, it first waits for the call itself
+  (``_inflight``): a call that may still land is never "no effect".
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Final, TypeVar
 from .._registry import register_handler
 from .._types import Compensation, Resolution
 from ..errors import SagaUsageError
+from . import _inflight as inflight
 from . import _jsonrpc as J
 from ._upstream import ServerSpec, Upstream, start_fresh
 from .errors import McpServerExited
@@ -56,6 +59,7 @@ def register_live(session: str, upstream: Upstream) -> None:
 def forget_live(session: str) -> None:
     """The proxy of ``session`` stopped its server: handlers start their own from now on."""
     _live.pop(session, None)
+    inflight.forget_session(session)
 
 
 async def _with_server(
@@ -175,6 +179,44 @@ async def resolve(
         raise SagaUsageError(f"step {tool!r} has no MCP resolver description in its pre-image")
     spec = info["resolver"]
     arguments = _plain(dict(kwargs))
+    flight = inflight.find(info.get("session"), idempotency_key)
+    if flight is None:
+        if isinstance(info.get("session"), str) and info["session"] in _live:
+            # Forwarded by this proxy and answered: it can no longer land.
+            return await _look_up(tool, info, spec, arguments, idempotency_key)
+        # Recovery: the proxy is gone, but the server that ran the call may not be.
+        # Only once it is gone does "not found" prove that nothing landed.
+        timeout = float(spec.get("timeout_seconds", 60.0))
+        still = await inflight.wait_gone(info.get("process"), timeout)
+        verdict = await _look_up(tool, info, spec, arguments, idempotency_key)
+        if verdict.outcome == "no_effect" and still is not None:
+            return Resolution.undecided(
+                f"{spec['tool']!r} found no effect yet, but {still}: the call may still land"
+            )
+        return verdict
+    verdict = Resolution.undecided("the lookup failed")
+    try:
+        settled = await inflight.settle(flight)
+        if settled.result is not None:
+            verdict = _landed_with(
+                tool, info, arguments, idempotency_key, settled.result, "forward"
+            )
+        else:
+            verdict = await _look_up(tool, info, spec, arguments, idempotency_key)
+            if verdict.outcome == "no_effect" and not settled.final:
+                verdict = Resolution.undecided(
+                    f"{spec['tool']!r} found no effect yet, but {settled.why}: the call "
+                    "may still land"
+                )
+        return verdict
+    finally:
+        inflight.decided(flight, verdict.outcome)
+
+
+async def _look_up(
+    tool: str, info: dict[str, Any], spec: dict[str, Any], arguments: Any, idempotency_key: str
+) -> Resolution:
+    """Ask the policy's lookup tool whether the call landed."""
     try:
         lookup_args = render(
             spec["arguments"], {"arguments": arguments, "idempotency_key": idempotency_key}
@@ -202,20 +244,28 @@ async def resolve(
         return Resolution.undecided(
             f"{spec['tool']!r}: {spec['landed']} is {type(landed).__name__}, not true/false"
         )
+    return _landed_with(tool, info, arguments, idempotency_key, result, spec["tool"])
+
+
+def _landed_with(
+    tool: str, info: dict[str, Any], arguments: Any, key: str, result: Any, source: str
+) -> Resolution:
+    """``landed``, with the compensation built from ``result`` (the lookup's, or the call's own)."""
     context = {
         "arguments": arguments,
-        "result": data,
-        "content": content,
-        "idempotency_key": idempotency_key,
+        "result": J.structured(result),
+        "content": result.get("content") if isinstance(result, dict) else None,
+        "idempotency_key": key,
     }
+    what = "the server's late answer" if source == "forward" else f"{source!r}"
     try:
         comp = compensation(info["compensate"], info["server"], info.get("session"), context)
     except PathError as exc:
         return Resolution.undecided(
-            f"{tool!r} landed ({spec['tool']!r} says so) but its compensation cannot be "
-            f"built from the lookup's result: {exc}"
+            f"{tool!r} landed ({what} says so) but its compensation cannot be built from "
+            f"that result: {exc}"
         )
-    return Resolution.landed(comp, f"{spec['tool']!r}: {spec['landed']} is true")
+    return Resolution.landed(comp, f"{what}: {tool!r} landed")
 
 
 def _plain(value: Any) -> Any:

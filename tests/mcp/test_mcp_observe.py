@@ -46,6 +46,7 @@ async def test_observe_forwards_everything_and_writes_a_skeleton_a_human_complet
         "idempotency_key": "string",
         "crash": "string",
         "delay": "number",
+        "land_when": "string",
     }
     assert notes["description"].startswith("Charge a customer.")
 

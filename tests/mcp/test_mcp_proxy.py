@@ -42,6 +42,7 @@ async def test_tools_list_shows_declared_tools_unchanged_and_hides_undeclared_on
         "idempotency_key",
         "crash",
         "delay",
+        "land_when",
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -340,3 +341,121 @@ def test_hostile_values_come_back_as_json_text(served_world: UI, world: World) -
 def test_unsupported_methods_are_405(served_world: UI) -> None:
     for method in ("PUT", "DELETE", "PATCH", "OPTIONS"):
         assert served_world.request(method, "/api/v1/meta")[0] == 405
+
+
+def _raw(ui: UI, data: bytes) -> bytes:
+    """Send bytes as they are (http.client cannot send a malformed request) and read the reply."""
+    with socket.create_connection((ui.host, ui.port), timeout=30) as sock:
+        sock.sendall(data)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_no_token_a_client_sends_anywhere_reaches_the_log(
+    ui_factory: Callable[..., UI], tmp_path: Path
+) -> None:
+    ui = ui_factory(tmp_path / "empty.wal", token=TOKEN)
+    host = f"Host: {ui.host}:{ui.port}\r\n".encode()
+    encoded = "".join(f"%{b:02X}" for b in TOKEN.encode())  # every byte escaped
+    long_pad = "a" * 70_000  # over the stdlib's 64 KiB request line: it forgets the line
+    near_cut = "/" + "b" * 270 + "/" + TOKEN + "/" + "c" * 5000  # the token across the cut
+    # (request line, headers, status, what the log line shows)
+    cases: list[tuple[str, bytes, int, str]] = [
+        (
+            f"GET /api/v1/meta?token={TOKEN} HTTP/1.1",
+            b"",
+            401,
+            '"GET /api/v1/meta?token=<redacted> HTTP/1.1" 401',
+        ),
+        (
+            f"GET /api/v1/sagas/{TOKEN} HTTP/1.1",
+            b"",
+            401,
+            '"GET /api/v1/sagas/<redacted> HTTP/1.1" 401',
+        ),
+        (
+            f"GET /#access_token={TOKEN} HTTP/1.1",
+            b"",
+            401,
+            '"GET /#access_token=<redacted> HTTP/1.1" 401',
+        ),
+        (
+            f"GET /?X-Amz-Signature={TOKEN}&Sig={TOKEN}&q=ok HTTP/1.1",
+            b"",
+            401,
+            '"GET /?X-Amz-Signature=<redacted>&Sig=<redacted>&q=ok HTTP/1.1" 401',
+        ),
+        (
+            f"GET /api/v1/meta?%74oken={encoded} HTTP/1.1",
+            b"",
+            401,
+            '"GET /api/v1/meta?%74oken=<redacted> HTTP/1.1" 401',
+        ),
+        (
+            f"GET /api/v1/sagas/{encoded} HTTP/1.1",
+            b"",
+            401,
+            '"GET /api/v1/sagas/<redacted> HTTP/1.1" 401',
+        ),
+        (
+            "GET /api/v1/meta HTTP/1.1",
+            f"Authorization: Bearer {TOKEN}\r\n".encode(),
+            200,
+            '"GET /api/v1/meta HTTP/1.1" 200',
+        ),
+        (
+            "GET / HTTP/1.1",
+            f"Cookie: agent_saga_session={TOKEN}\r\n".encode(),
+            401,
+            '"GET / HTTP/1.1" 401',
+        ),
+        # Malformed request lines: the stdlib refuses them, and logs the line it refused.
+        (f"Authorization: Bearer {TOKEN}", b"", 400, '"Authorization: <redacted>" 400'),
+        (
+            f"GET /?token={TOKEN} extra HTTP/1.1",
+            b"",
+            400,
+            '"GET /?token=<redacted> extra HTTP/1.1" 400',
+        ),
+        (f"GET /?token={TOKEN} HTTP/9.9", b"", 505, '"GET /?token=<redacted> HTTP/9.9" 505'),
+        (
+            f"GET /?token={TOKEN}&pad={long_pad}&key={TOKEN} HTTP/1.1",
+            b"",
+            414,
+            '"GET /?token=<redacted>&pad=aaa',
+        ),
+        (f"GET {near_cut} HTTP/1.1", b"", 414, '"GET /bbb'),
+    ]
+    replies = [
+        _raw(ui, line.encode() + b"\r\n" + host + headers + b"Connection: close\r\n\r\n")
+        for line, headers, _, _ in cases
+    ]
+    form = f"token={TOKEN}".encode()
+    origin = f"Origin: http://{ui.host}:{ui.port}\r\n".encode()
+    login = b"POST /login HTTP/1.1\r\n" + host + origin
+    login += b"Content-Type: application/x-www-form-urlencoded\r\n"
+    login += b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(form) + form
+    assert b" 303 " in _raw(ui, login).split(b"\r\n", 1)[0]
+    # A reply is sent after its log line is written and flushed: nothing to wait for.
+    ui.proc.terminate()
+    ui.proc.wait(10)
+    assert ui.proc.stdout is not None
+    out = ui.proc.stdout.read() + ui.stderr()
+    windows = {TOKEN[i : i + 12] for i in range(len(TOKEN) - 11)}
+    assert not [w for w in windows if w in out], out
+    assert encoded not in out
+    assert encoded.lower() not in out
+    for *_, shown in cases:
+        assert shown in out, (shown, out)
+    assert '"POST /login HTTP/1.1" 303' in out
+    near_cut_line = next(line for line in out.splitlines() if '"GET /bbb' in line)
+    assert near_cut_line.endswith('" 414 -')  # cut after redaction, status kept
+    for (line, _, status, _), reply in zip(cases, replies, strict=True):
+        status_line = reply.split(b"\r\n", 1)[0]
+        # (a line the stdlib reads as HTTP/0.9 is answered without a status line)
+        assert f" {status} ".encode() in status_line or reply.startswith(b"%d " % status), (
+            line[:80],
+            reply[:120],
+        )

@@ -25,6 +25,7 @@ from .errors import (
     McpServerExited,
     McpTimeout,
     McpToolError,
+    McpUnreadableAnswer,
     PolicyError,
 )
 from .handlers import CALL_HANDLER, RESOLVER, call, resolve
@@ -41,6 +42,7 @@ __all__ = [
     "McpServerExited",
     "McpTimeout",
     "McpToolError",
+    "McpUnreadableAnswer",
     "PathError",
     "Policy",
     "PolicyError",

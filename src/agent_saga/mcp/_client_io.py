@@ -9,6 +9,9 @@ memory. When stdin is not a pipe (a file, a terminal), a thread reads it with a
 blocking ``readline`` — which never switches a shared terminal to non-blocking
 mode — and hands the lines over through a bounded queue; when stdout is not a pipe,
 writes are blocking and lock-protected.
+
+A line longer than ``MAX_LINE`` is read to its end and dropped, and comes back as
+the :class:`~agent_saga.mcp._bounds.Truncated` start of it: the session goes on.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import threading
 from typing import BinaryIO
 
 from . import _jsonrpc as J
+from ._bounds import PREFIX, Truncated, read_line
 
 __all__ = ["ClientIO"]
 
@@ -74,8 +78,11 @@ class ClientIO:
                 if not line:
                     break
                 if len(line) > J.MAX_LINE and not line.endswith(b"\n"):
-                    sys.stderr.write("agent-saga mcp: a client message is too long; stopping\n")
-                    break
+                    line = Truncated(line[:PREFIX])
+                    while (rest := self._stdin.readline(J.MAX_LINE + 1)) and not rest.endswith(
+                        b"\n"
+                    ):
+                        pass  # the rest of the over-long line
                 asyncio.run_coroutine_threadsafe(self._queue.put(line), loop).result()
         except (OSError, ValueError, RuntimeError):
             pass  # stdin closed, or the loop is gone
@@ -83,23 +90,23 @@ class ClientIO:
             asyncio.run_coroutine_threadsafe(self._queue.put(None), loop)
 
     async def next_line(self) -> bytes | None:
-        """The next line from the client (newline stripped), or None at end of input."""
+        """The next line from the client (newline stripped), or None at end of input.
+
+        An over-long line comes back as :class:`~agent_saga.mcp._bounds.Truncated`.
+        """
         if self._reader is not None:
             if self._eof:
                 return None
-            try:
-                line = await self._reader.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                sys.stderr.write("agent-saga mcp: a client message is too long; stopping\n")
-                line = b""
-            if not line:
+            line = await read_line(self._reader)
+            if line is None:
                 self._eof = True
-                return None
-            return line.rstrip(b"\r\n")
+            return line
         queued = await self._queue.get()
         if queued is None:
             self._queue.put_nowait(None)  # every later call sees the end too
             return None
+        if isinstance(queued, Truncated):
+            return queued
         return queued.rstrip(b"\r\n")
 
     async def write(self, line: bytes) -> None:

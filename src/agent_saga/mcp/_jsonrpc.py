@@ -1,8 +1,11 @@
 """JSON-RPC 2.0 as MCP's stdio transport frames it: one message per line (pure, no I/O).
 
 The proxy parses a line only to decide where it goes; whatever it does not
-interpret is forwarded as the bytes it received. Messages it writes itself (its
-own requests, refusals, the injected tools' results) are encoded here.
+interpret is forwarded as the bytes it received. Lines are parsed within the
+bounds of :mod:`agent_saga.mcp._bounds`: a line beyond them decodes to an
+:class:`~agent_saga.mcp._bounds.Unreadable`, never an exception. Messages the
+proxy writes itself (its own requests, refusals, the injected tools' results)
+are encoded here.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from ._bounds import MAX_LINE, Unreadable, loads, read_message
+
 __all__ = [
     "MAX_LINE",
     "PROTOCOL_VERSION",
     "IdKey",
+    "Unreadable",
     "decode",
     "encode",
     "error_response",
@@ -27,9 +33,6 @@ __all__ = [
     "text_of",
     "tool_error",
 ]
-
-#: The longest line the proxy accepts (a result of this size is forwarded whole).
-MAX_LINE: Final = 256 * 1024 * 1024
 
 #: The protocol revision the proxy asks for when it talks to a server on its own
 #: (recovery, compensations). The client's own negotiation is forwarded untouched.
@@ -48,16 +51,25 @@ def id_key(value: Any) -> IdKey:
 
 
 def decode(line: bytes) -> Any:
-    """The JSON value of one line, or None when it is not JSON (it is forwarded as is)."""
-    try:
-        return json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    """The JSON value of one line, or an :class:`Unreadable` saying why it has none.
+
+    An :class:`Unreadable` is neither a request nor a response (:func:`is_request`
+    and :func:`is_response` say no); its ``envelope`` tells what could be read.
+    """
+    return read_message(line)
 
 
 def encode(message: Any) -> bytes:
-    """One message as a line (compact JSON, UTF-8, no embedded newline)."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    """One message as a line (compact JSON, UTF-8, no embedded newline).
+
+    A string holding a lone surrogate (JSON allows ``"\\ud800"``; UTF-8 cannot
+    encode it) is written as the same escape: the message is then ASCII.
+    """
+    try:
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        text = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode()
+    return text + b"\n"
 
 
 def is_request(msg: Any) -> bool:
@@ -140,6 +152,6 @@ def structured(result: Any) -> Any:
         return result["structuredContent"]
     text = text_of(result)
     try:
-        return json.loads(text)
-    except ValueError:
+        return loads(text)
+    except ValueError:  # not JSON, or beyond the bounds: the text itself
         return text

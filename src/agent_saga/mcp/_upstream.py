@@ -35,7 +35,15 @@ from .. import __version__
 from ..connectors import resolve_credential
 from ..errors import SagaUsageError
 from . import _jsonrpc as J
-from .errors import McpCallFailed, McpRequestFailed, McpServerExited, McpTimeout, McpToolError
+from ._bounds import read_line
+from .errors import (
+    McpCallFailed,
+    McpRequestFailed,
+    McpServerExited,
+    McpTimeout,
+    McpToolError,
+    McpUnreadableAnswer,
+)
 
 __all__ = ["ServerSpec", "Upstream", "make_upstream", "own_id", "resolve_values", "start_fresh"]
 
@@ -174,6 +182,7 @@ class Upstream:
         self._on_exit = on_exit
         self._proc: asyncio.subprocess.Process | None = None
         self._waiting: dict[J.IdKey, asyncio.Future[tuple[bytes, Any]]] = {}
+        self._relayed: set[J.IdKey] = set()  # answers that become errors when unreadable
         self._reader: asyncio.Task[None] | None = None
         self.alive = False
         self.returncode: int | None = None
@@ -214,15 +223,7 @@ class Upstream:
         assert proc is not None
         assert proc.stdout is not None
         try:
-            while True:
-                try:
-                    line = await proc.stdout.readline()
-                except (ValueError, asyncio.LimitOverrunError):
-                    _warn(f"{self.label} sent a line over {J.MAX_LINE} bytes; stopping it")
-                    break
-                if not line:
-                    break
-                raw = line.rstrip(b"\r\n")
+            while (raw := await read_line(proc.stdout)) is not None:
                 if raw.strip():
                     await self._dispatch(raw)
         finally:
@@ -231,18 +232,43 @@ class Upstream:
             self._ended(f"{self.label} exited (status {self.returncode})")
 
     async def _dispatch(self, raw: bytes) -> None:
-        """Route one line from the server: to whoever waits for it, else ``on_message``."""
+        """Route one line from the server: to whoever waits for it, else ``on_message``.
+
+        An answer that cannot be read (:class:`~agent_saga.mcp._bounds.Unreadable`)
+        still settles the request it answers, when its id can be read: see
+        :meth:`expect`.
+        """
         msg = J.decode(raw)
-        if J.is_response(msg):
-            fut = self._waiting.pop(J.id_key(msg["id"]), None)
+        if J.is_response(msg) or (isinstance(msg, J.Unreadable) and msg.envelope.is_response):
+            rid = msg.envelope.id if isinstance(msg, J.Unreadable) else msg["id"]
+            key = J.id_key(rid)
+            fut = self._waiting.pop(key, None)
             if fut is not None:
+                relayed = key in self._relayed
+                self._relayed.discard(key)
                 if not fut.done():
-                    fut.set_result((raw, msg))
+                    if not isinstance(msg, J.Unreadable):
+                        fut.set_result((raw, msg))
+                    elif relayed:
+                        line = J.error_response(
+                            rid, -32603, f"agent-saga mcp: {self._unreadable(msg)}"
+                        )
+                        fut.set_result((line, J.decode(line)))
+                    else:
+                        fut.set_exception(McpUnreadableAnswer(self._unreadable(msg)))
                 return
         if self._on_message is not None:
             maybe = self._on_message(raw, msg)
             if maybe is not None:
                 await maybe
+
+    def _unreadable(self, msg: J.Unreadable) -> str:
+        _warn(f"{self.label} sent an answer that cannot be read ({msg.why})")
+        return (
+            f"{self.label} answered with a message agent-saga cannot read ({msg.why}); "
+            "the call may have taken effect: its outcome is unknown, and is settled when "
+            "the saga ends (through the tool's resolver, or a human)"
+        )
 
     def _ended(self, why: str) -> None:
         """The server is gone: fail everything still waiting, tell ``on_exit``."""
@@ -252,6 +278,7 @@ class Upstream:
             if not fut.done():
                 fut.set_exception(gone)
         self._waiting.clear()
+        self._relayed.clear()
         if self._on_exit is not None:
             self._on_exit()
 
@@ -274,10 +301,19 @@ class Upstream:
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise McpServerExited(f"{self.label} closed its input") from exc
 
-    def expect(self, rid: Any) -> asyncio.Future[tuple[bytes, Any]] | None:
+    def expect(
+        self, rid: Any, *, unreadable_as_error: bool = False
+    ) -> asyncio.Future[tuple[bytes, Any]] | None:
         """Route the answer to request ``rid`` to the returned future (None: already awaited).
 
-        The future fails with :class:`McpServerExited` if the server ends first.
+        The future fails with :class:`McpServerExited` if the server ends first, and
+        with :class:`McpUnreadableAnswer` if the answer cannot be read (too deep, too
+        long, not UTF-8, a number out of range): the request may have taken effect.
+
+        Args:
+            rid: The request's id.
+            unreadable_as_error: For an answer relayed to the client: an unreadable
+                answer becomes a JSON-RPC error (-32603) under ``rid`` instead.
         """
         key = J.id_key(rid)
         if key in self._waiting:
@@ -287,11 +323,15 @@ class Upstream:
             fut.set_exception(McpServerExited(f"{self.label} is not running"))
             return fut
         self._waiting[key] = fut
+        if unreadable_as_error:
+            self._relayed.add(key)
         return fut
 
     def forget(self, rid: Any) -> None:
         """Stop waiting for ``rid``'s answer (a late answer is then dropped)."""
-        self._waiting.pop(J.id_key(rid), None)
+        key = J.id_key(rid)
+        self._waiting.pop(key, None)
+        self._relayed.discard(key)
 
     async def request(self, method: str, params: Any, seconds: float) -> Any:
         """Make a request of the proxy's own and return its ``result``.

@@ -12,6 +12,8 @@
         ├── McpNoEffect             either of the two, and the policy says it proves
         │                           that the call had no effect
         ├── McpTimeout              no answer within the tool's timeout
+        ├── McpUnreadableAnswer     the answer is beyond what the proxy parses (too
+        │                           deep, too long, not UTF-8, a number out of range)
         └── McpServerExited         the server process ended (or never started)
 
 A forward ``tools/call`` that raises anything but :class:`McpNoEffect` has an
@@ -33,6 +35,7 @@ __all__ = [
     "McpServerExited",
     "McpTimeout",
     "McpToolError",
+    "McpUnreadableAnswer",
     "PolicyError",
 ]
 
@@ -103,6 +106,14 @@ class McpNoEffect(McpCallFailed):
 
 class McpTimeout(McpCallFailed):
     """The server did not answer within the timeout: the call may still land."""
+
+
+class McpUnreadableAnswer(McpCallFailed):
+    """The server's answer cannot be read within the proxy's bounds: the call may have landed.
+
+    See ``docs/mcp.md`` (What the proxy interprets): nested too deep, longer than
+    the longest line, not UTF-8, or a number out of range.
+    """
 
 
 class McpServerExited(McpCallFailed):

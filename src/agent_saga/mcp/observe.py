@@ -30,6 +30,8 @@ from typing import Any, Final
 from ..secrets import redact
 from . import _jsonrpc as J
 from . import _toml
+from ._bounds import MAX_POLICY
+from ._document import parse_document
 from .errors import PolicyError
 from .policy import GENERATED_BY
 
@@ -78,16 +80,12 @@ class Observer:
     def _take_over(self) -> dict[str, Any]:
         try:
             with open(self.file, encoding="utf-8") as f:
-                text = f.read()
-            if self.toml:
-                import tomllib
-
-                data = tomllib.loads(text)
-            else:
-                data = json.loads(text)
-        except (OSError, ValueError) as exc:
+                text = f.read(MAX_POLICY + 1)
+            data, _ = parse_document(text, file=self.file, fmt="toml" if self.toml else "json")
+        except (OSError, ValueError, PolicyError) as exc:
+            why = exc.detail if isinstance(exc, PolicyError) else exc
             raise PolicyError(
-                f"exists and cannot be read as a policy ({exc}); --observe writes its "
+                f"exists and cannot be read as a policy ({why}); --observe writes its "
                 "skeleton to a new file or to one it wrote itself",
                 file=self.file,
             ) from None

@@ -33,10 +33,9 @@ A typo in a safety configuration must not pass silently.
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -45,7 +44,9 @@ from .._types import ActionSemantics
 from ..gate import ApprovalRequest, MaxSideEffects
 from ..gate import Policy as GatePolicy
 from ..secrets import find_secrets
-from ._locate import Key, Locator, json_locator, toml_locator
+from ._bounds import MAX_POLICY
+from ._document import parse_document
+from ._locate import Key, Locator
 from .errors import PolicyError
 from .paths import Path, PathError, is_path, parse_path, template_paths
 
@@ -347,7 +348,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     file = os.path.abspath(os.fspath(path))
     try:
         with open(file, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_POLICY + 1)  # parse_document refuses anything longer
     except OSError as exc:
         raise PolicyError(f"cannot read the policy: {exc.strerror or exc}", file=file) from exc
     except UnicodeDecodeError as exc:
@@ -367,28 +368,10 @@ def parse_policy(text: str, *, file: str, fmt: str | None = None) -> Policy:
         The policy.
 
     Raises:
-        PolicyError: syntax or schema errors, with line and field.
+        PolicyError: syntax or schema errors, with line and field; a document
+            beyond the bounds (see :func:`parse_document`).
     """
-    fmt = fmt or ("toml" if file.endswith(".toml") else "json")
-    data: Any
-    if fmt == "toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-            line = int(m.group(1)) if m else None
-            raise PolicyError(f"TOML syntax error: {exc}", file=file, line=line) from None
-        locator = toml_locator(text)
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PolicyError(
-                f"JSON syntax error: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-                file=file,
-                line=exc.lineno,
-            ) from None
-        locator = json_locator(text)
+    data, locator = parse_document(text, file=file, fmt=fmt)
     return _Checker(file, locator).policy(data)
 
 
@@ -425,9 +408,15 @@ class _Checker:
     def number(self, value: Any, where: Key, *, positive: bool = True) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(where, f"must be a number, got {_type(value)}")
-        if positive and value <= 0:
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):  # a NaN limit would let every value pass
+            raise self.fail(where, "must be a finite number")
+        if positive and number <= 0:
             raise self.fail(where, f"must be greater than 0, got {value!r}")
-        return float(value)
+        return number
 
     def choice(self, value: Any, where: Key, options: tuple[str, ...]) -> str:
         if not isinstance(value, str) or value.lower() not in options:

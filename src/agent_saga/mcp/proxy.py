@@ -50,6 +50,7 @@ from ..gate import ApprovalRequest, Approver, Decision
 from ..gate import Policy as GatePolicy
 from ..wal import records as R
 from . import _jsonrpc as J
+from ._bounds import Route, from_client, from_server
 from ._client_io import ClientIO
 from ._session import OpenSaga
 from ._steps import CallContext, ToolRunner, current_call
@@ -317,6 +318,9 @@ class Proxy:
 
     async def _from_client(self, raw: bytes) -> None:
         msg = J.decode(raw)
+        if isinstance(msg, J.Unreadable):
+            await self._route(from_client(raw, msg))
+            return
         if isinstance(msg, list):
             if any(
                 isinstance(m, dict) and m.get("method") in ("tools/call", "tools/list") for m in msg
@@ -338,8 +342,15 @@ class Proxy:
         method = msg.get("method")
         if "id" in msg and method == "tools/call":
             await self._accept_call(raw, msg)
+        elif method == "tools/call" and self.config.observer is None:
+            # Without an id it is a notification: no answer can carry a refusal, so it
+            # is not forwarded at all (a server that ran it would bypass the gate).
+            _say(
+                "a tools/call without an id (a notification) was not forwarded: "
+                "send it as a request"
+            )
         elif "id" in msg and method in ("tools/list", "initialize"):
-            fut = self.up.expect(msg["id"])
+            fut = self.up.expect(msg["id"], unreadable_as_error=True)
             if fut is None:
                 await self.io.write(
                     J.error_response(msg["id"], -32600, "request id already in use")
@@ -404,7 +415,19 @@ class Proxy:
     # -- server -> client ------------------------------------------------------------
 
     async def _from_server(self, raw: bytes, msg: Any) -> None:
+        if isinstance(msg, J.Unreadable):
+            await self._route(from_server(raw, msg))
+            return
         await self.io.write(raw)
+
+    async def _route(self, route: Route) -> None:
+        """Carry out what the bounds decided for a line that could not be read."""
+        if route.note:
+            _say(route.note)
+        if route.to_server is not None:
+            await self._forward(route.to_server)
+        if route.to_client is not None:
+            await self.io.write(route.to_client)
 
     def _adjust_list(self, raw: bytes, msg: Any, first_page: bool) -> bytes:
         result = msg.get("result") if isinstance(msg, dict) else None
@@ -460,8 +483,8 @@ class Proxy:
                 await self._forward(call.raw)
                 raw, answer = await fut
                 await self.io.write(raw)
-        except McpServerExited:
-            await self.io.write(J.error_response(call.rid, -32603, "the MCP server exited"))
+        except McpCallFailed as exc:  # the server exited, or its answer was unreadable
+            await self.io.write(J.error_response(call.rid, -32603, str(exc)))
         finally:
             self._calls.pop(J.id_key(call.rid), None)
             observer.called(call.name, call.arguments, answer)

@@ -13,7 +13,9 @@ Security model (``docs/ui.md`` §Security):
   eval, ``frame-ancestors 'none'``) and ``X-Content-Type-Options: nosniff``;
 * static files are the package's own, loaded into memory at start and looked up
   by exact name: no path from a request ever reaches the filesystem;
-* request bodies, URLs and search text are bounded; errors never echo a secret.
+* request bodies, URLs and search text are bounded; errors never echo a secret;
+* every log line passes through ``_access_log.redact_line``: a token a client put
+  into the URL, a malformed request line or a header never reaches the log.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import secrets
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from http import HTTPStatus
 from importlib import resources
@@ -41,6 +44,8 @@ from ..gate import current_user
 from ..secrets import redact
 from ..wal.store import LogStore
 from . import _actions, _api
+from ._access_log import MAX_CHARS as MAX_LOG_CHARS
+from ._access_log import redact_line
 from ._index import WalIndex
 
 __all__ = ["MAX_BODY", "MIN_TOKEN_LENGTH", "UIServer", "is_loopback"]
@@ -97,6 +102,18 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
         host, port = self.server_address[:2]
         self.server_name = str(host)
         self.server_port = int(port)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints the traceback to stderr as it is; this one is redacted.
+        out = self.ui.log
+        if out is None:
+            return
+        text = f"error while handling a request from {client_address[0]}\n"
+        text += traceback.format_exc()
+        with contextlib.suppress(Exception):
+            shown = redact_line(text.rstrip(), self.ui.token, multiline=True)
+            out.write(f"agent-saga ui: {shown}\n")
+            out.flush()
 
 
 class UIServer:
@@ -285,9 +302,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         out = self.ui.log
         if out is None:
             return
-        # The request line only (never headers, so never a token), made printable.
-        line = (format % args).encode("ascii", "backslashreplace").decode()
-        out.write(f"agent-saga ui: {self.address_string()} {line[:300]}\n")
+        # The request line (never headers), without the credentials a client may have
+        # put into it, made printable: everything the stdlib logs comes through here.
+        # Each argument on its own first, so a header-shaped request line loses its
+        # value but not the status after it.
+        token = self.ui.token
+        safe = tuple(redact_line(a, token) if isinstance(a, str) else a for a in args)
+        line = redact_line(format % safe, token, limit=2 * MAX_LOG_CHARS)
+        out.write(f"agent-saga ui: {self.address_string()} {line}\n")
         out.flush()
 
     def _send(
@@ -320,7 +342,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(status, body, "application/json", self._NO_STORE + extra)
 
     def _error(self, status: int, message: str) -> None:
-        if self.path.startswith("/api/"):
+        # No path when the stdlib refuses the request line itself (send_error).
+        if getattr(self, "path", "").startswith("/api/"):
             extra: tuple[tuple[str, str], ...] = ()
             if status == 401:
                 extra = (("WWW-Authenticate", 'Bearer realm="agent-saga"'),)
@@ -332,6 +355,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Errors of the stdlib parser (bad request line, too long ...), with our headers."""
         self.close_connection = True
+        raw = getattr(self, "raw_requestline", None)
+        if not getattr(self, "requestline", "") and isinstance(raw, bytes):
+            # Over 64 KiB the stdlib forgets the line; the log says what it was (redacted).
+            self.requestline = str(raw, "iso-8859-1").rstrip("\r\n")
         with contextlib.suppress(Exception):  # the connection may already be broken
             self._error(code, HTTPStatus(code).phrase)
 

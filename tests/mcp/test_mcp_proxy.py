@@ -97,6 +97,8 @@ async def test_explicit_boundary_rolls_back_compensable_calls_through_the_server
     assert structured(rolled)["status"] == "rolled_back"
     assert structured(balance) == {"result": 0}
     assert [e["op"] for e in rig.ledger()] == ["charge", "create", "delete", "refund"]  # LIFO
+    # The summary names the steps in the order they were undone.
+    assert "undone newest first: create_file (step 2), charge (step 1)." in text(rolled)
     [run] = rig.runs()
     assert (run["name"], run["outcome"]) == ("checkout", "rolled_back")
 
@@ -142,6 +144,9 @@ async def test_gate_limits_and_secrets_refuse_before_the_call(rig: Rig) -> None:
     assert secret.isError
     assert "looks like a credential" in text(secret)
     assert "4eC39HqLyjWDarjtT1zdp7dc" not in text(secret)
+    # Advice an MCP client can follow, not the Python API.
+    assert "CredentialRef" not in text(secret)
+    assert "[server] env" in text(secret)
     assert rig.ops("charge") == []
     wal = Path(rig.wal).read_bytes()  # noqa: ASYNC240
     assert b"4eC39HqLyjWDarjtT1zdp7dc" not in wal

@@ -40,7 +40,8 @@ class SagaSummary:
         saga_id: The saga.
         outcome: ``"committed"``, ``"rolled_back"`` or ``"abandoned"`` (lease lost:
             recovery owns it).
-        steps: ``(step, tool)`` of the steps that were open when it ended.
+        steps: ``(step, tool)`` of the steps that were open when it ended, in the
+            order they completed (a rollback undoes, and names, them newest first).
         escalations: Reasons of what was handed to a human.
         error: What went wrong, in words, when the rollback could not undo all.
     """
@@ -58,7 +59,8 @@ class SagaSummary:
             "rolled_back": "rolled back",
             "abandoned": "was taken over by recovery (this proxy lost its lease)",
         }.get(self.outcome, self.outcome)
-        what = ", ".join(f"{tool} (step {n})" for n, tool in self.steps) or "no durable step"
+        steps = self.steps[::-1] if self.outcome == "rolled_back" else self.steps
+        what = ", ".join(f"{tool} (step {n})" for n, tool in steps) or "no durable step"
         if self.outcome == "rolled_back":
             out = f"saga {self.saga_id} rolled back; undone newest first: {what}."
         else:

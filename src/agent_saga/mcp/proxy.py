@@ -45,7 +45,7 @@ from typing import Any, Final
 
 from .. import ApprovalQueue
 from .._types import ActionSemantics
-from ..errors import GateRefused, InvalidCompensation, LeaseLost, SagaError
+from ..errors import GateRefused, InvalidCompensation, LeaseLost, SagaError, SecretInKwargs
 from ..gate import ApprovalRequest, Approver, Decision
 from ..gate import Policy as GatePolicy
 from ..wal import records as R
@@ -530,6 +530,17 @@ class Proxy:
         current_call().set(call)
         try:
             await self.runner.tool_for(name)(**call.arguments)
+        except SecretInKwargs as exc:
+            # The core's advice (a CredentialRef) is Python; an MCP client needs this.
+            return J.tool_error(
+                rid,
+                f"agent-saga refused {name!r} before it was sent to the server: "
+                f"{exc.path} looks like a credential ({exc.kind}); the value is withheld "
+                "and was not logged. Tool arguments must not carry secrets: give the "
+                "server its credential in the policy's [server] env instead, e.g. "
+                'API_KEY = { env = "API_KEY" } or { credential = "name" } '
+                "(decided by secret-scan)",
+            )
         except GateRefused as exc:
             return J.tool_error(
                 rid,

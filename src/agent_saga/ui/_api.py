@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ..secrets import redact
-from ..wal import records as R
 from ..wal.views import ApprovalView, EscalationView, StepView
 from ._index import STATUSES, SagaDetail, SagaSummary, WalIndex
+from ._timeline import decorate_steps, text, ts_of, undo_order
 
 __all__ = [
     "API_VERSION",
@@ -50,7 +50,9 @@ OUTCOME_OF_STATE: Final = {
     "compensation_failed": "failed",
     "escalated": "escalated",
 }
-#: Step states that mean "done and still owed an undo" (what was owed).
+#: Step states in which a step may be owed an undo. The page owes nothing for an
+#: IRREVERSIBLE step (nothing can undo it) nor once the saga committed, and an
+#: escalated step until its escalation is resolved (``docs/ui.md``, time travel).
 OWED_STATES: Final = ("intent", "committed", "unknown", "compensating", "compensation_failed")
 
 
@@ -132,8 +134,7 @@ def _bounded(data: Any) -> Any:
     return out
 
 
-def _text(v: Any) -> Any:
-    return redact(v) if v is not None else None
+_text = text  # a value from the log, redacted (also used by _actions)
 
 
 def _summary_json(index: WalIndex, s: SagaSummary, status: str) -> dict[str, Any]:
@@ -303,85 +304,8 @@ def _step_json(s: StepView) -> dict[str, Any]:
         "gate": [],
         "approvals": [],
         "undo_attempts": [],
+        "undo_runs": [],
     }
-
-
-def _ts(rec: Mapping[str, Any]) -> float | None:
-    ts = rec.get("ts")
-    return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
-
-
-def _decorate_steps(d: SagaDetail, steps: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add timings, gate and approval decisions and undo attempts to each step."""
-    undo_order: list[int] = []
-    by_request: dict[Any, int] = {}
-    for _off, rec in d.records:
-        n = rec.get("step")
-        if rec.get("type") == R.APPROVAL_DECIDED:
-            n = by_request.get(rec.get("request"))  # a decision names its request, not a step
-        if not isinstance(n, int) or isinstance(n, bool) or n not in steps:
-            continue
-        js = steps[n]
-        rtype, ts = rec.get("type"), _ts(rec)
-        if rtype in (R.GATE, R.INTENT, R.APPROVAL_REQUESTED):
-            fwd = js["forward"] = js["forward"] or {"start": ts, "end": None}
-            if fwd["start"] is None:
-                fwd["start"] = ts
-        if rtype == R.GATE:
-            js["gate"].append(
-                {
-                    "decision": rec.get("decision"),
-                    "decided_by": _text(rec.get("decided_by")),
-                    "reason": _text(rec.get("reason")),
-                    "ts": ts,
-                }
-            )
-        elif rtype == R.INTENT and rec.get("approved_by") and not js["gate"]:
-            js["gate"].append(
-                {
-                    "decision": "approved",
-                    "decided_by": _text(rec.get("approved_by")),
-                    "reason": "passed the automatic checks",
-                    "ts": ts,
-                }
-            )
-        elif rtype in (R.COMMITTED, R.FORWARD_FAILED) and js["forward"] is not None:
-            js["forward"]["end"] = ts
-        elif rtype == R.APPROVAL_REQUESTED:
-            by_request[rec.get("request")] = n
-            js["approvals"].append(
-                {"request": rec.get("request"), "requested": ts, "expires": rec.get("expires")}
-            )
-        elif rtype == R.APPROVAL_DECIDED:
-            for a in js["approvals"]:
-                if a["request"] == rec.get("request") and "decision" not in a:
-                    a.update(
-                        decision=rec.get("decision"),
-                        by=_text(rec.get("by")),
-                        note=_text(rec.get("note")),
-                        decided=ts,
-                    )
-        elif rtype in (R.COMPENSATING, R.COMPENSATED, R.COMPENSATION_FAILED):
-            undo = js["undo"] = js["undo"] or {"start": ts, "end": None, "outcome": None}
-            if n not in undo_order:
-                undo_order.append(n)
-            entry: dict[str, Any] = {"type": rtype, "ts": ts, "by": _text(rec.get("by"))}
-            if rtype == R.COMPENSATION_FAILED:
-                entry.update(
-                    attempt=rec.get("attempt"),
-                    error=_text(rec.get("error")),
-                    final=rec.get("final"),
-                )
-                undo.update(end=ts, outcome="failed" if rec.get("final") else undo["outcome"])
-            elif rtype == R.COMPENSATED:
-                entry["outcome"] = _text(rec.get("outcome"))
-                undo.update(end=ts, outcome="compensated")
-            js["undo_attempts"].append(entry)
-    for js in steps.values():
-        for part in (js["forward"], js["undo"]):
-            if part is not None and part["start"] is not None and part["end"] is not None:
-                part["duration"] = max(0.0, part["end"] - part["start"])
-    return [steps[n] for n in undo_order]
 
 
 def saga(index: WalIndex, saga_id: str) -> dict[str, Any]:
@@ -404,13 +328,13 @@ def saga(index: WalIndex, saga_id: str) -> dict[str, Any]:
     status = index.status(s)
     v = detail.view
     steps = {n: _step_json(st) for n, st in sorted(v.steps.items())}
-    undone = _decorate_steps(detail, steps)
+    decorate_steps(detail, steps)
     records = [
         {
             "i": i,
             "offset": off,
             "type": rec.get("type"),
-            "ts": _ts(rec),
+            "ts": ts_of(rec),
             "step": delta[0],
             "step_state": delta[1],
             "saga_status": delta[2],
@@ -427,7 +351,7 @@ def saga(index: WalIndex, saga_id: str) -> dict[str, Any]:
         "begun": v.begun,
         "steps": list(steps.values()),
         "forward_order": sorted(steps, key=lambda n: n),
-        "undo_order": [js["step"] for js in undone],
+        "undo_order": undo_order(v, steps),
         "records": records,
         "claims": [
             {

@@ -60,6 +60,10 @@ DETAIL_CACHE: Final = 8
 UNOWNED_GRACE_SECONDS: Final = 60.0
 
 _intern = sys.intern
+#: Records that still change a step after its saga ended (an operator's retry).
+_CHANGES_AN_ENDED_STEP: Final = frozenset(
+    {R.COMPENSATING, R.COMPENSATED, R.COMPENSATION_FAILED, R.ESCALATED}
+)
 
 
 class SagaSummary:
@@ -73,8 +77,11 @@ class SagaSummary:
         started / last_ts / ended: Wall-clock seconds.
         outcome / ended_by: From ``saga_end``.
         claimed: A recovery daemon claimed it at least once.
-        failed: A compensation failed for good (``compensation_failed`` final).
+        failed_steps: Steps whose compensation failed for good (``compensation_failed``
+            final) and was not done since (an operator's retry may still undo them).
         steps: Per-state step counts, frozen when the saga ended (None while live).
+        recount: An undo or escalation record came after the saga ended (a retry):
+            ``steps`` is recounted from the saga's records the next time it is asked.
         tools: Up to :data:`MAX_TOOLS` distinct tool names, for search.
         escalations: Its escalation ids.
     """
@@ -84,7 +91,7 @@ class SagaSummary:
         "ended",
         "ended_by",
         "escalations",
-        "failed",
+        "failed_steps",
         "first_offset",
         "last_offset",
         "last_ts",
@@ -92,6 +99,7 @@ class SagaSummary:
         "outcome",
         "owner",
         "records",
+        "recount",
         "saga_id",
         "started",
         "steps",
@@ -111,10 +119,16 @@ class SagaSummary:
         self.outcome: str | None = None
         self.ended_by: str | None = None
         self.claimed = False
-        self.failed = False
+        self.failed_steps: tuple[int, ...] = ()
         self.steps: tuple[tuple[str, int], ...] | None = None
+        self.recount = False
         self.tools: tuple[str, ...] = ()
         self.escalations: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        """A compensation failed for good and its step was not undone since."""
+        return bool(self.failed_steps)
 
 
 @dataclass(slots=True)
@@ -289,6 +303,8 @@ class WalIndex:
             self._firsts.append(off)
         data["saga"] = s.saga_id  # the fold keeps this very string: one copy per saga
         self._touch(s, off, ts)
+        if s.outcome is not None and rtype in _CHANGES_AN_ENDED_STEP:
+            s.recount = True
         if rtype == R.SAGA_BEGIN:
             name, owner = data.get("name"), data.get("owner")
             s.name = self._share(name) if isinstance(name, str) else None
@@ -301,7 +317,11 @@ class WalIndex:
         elif rtype == R.CLAIM:
             s.claimed = True
         elif rtype == R.COMPENSATION_FAILED and data.get("final") is True:
-            s.failed = True
+            step = data.get("step")
+            if isinstance(step, int) and step not in s.failed_steps:
+                s.failed_steps = (*s.failed_steps, step)
+        elif rtype == R.COMPENSATED and s.failed_steps:
+            s.failed_steps = tuple(n for n in s.failed_steps if n != data.get("step"))
         elif rtype == R.ESCALATED:
             eid = data.get("escalation")
             if isinstance(eid, str):
@@ -374,7 +394,19 @@ class WalIndex:
             return None if v is None or v.forgotten else v
 
     def step_counts(self, s: SagaSummary) -> tuple[tuple[str, int], ...]:
-        """Per-state step counts of a saga (frozen at its end, live before)."""
+        """Per-state step counts of a saga (live, frozen at its end, redone after a retry).
+
+        An operator's retry changes the steps of a saga that already ended; its counts
+        are then recounted from its records (rare: retries are operator actions).
+        """
+        if s.recount:
+            with self._lock:
+                s.recount = False  # a record arriving meanwhile sets it again
+            detail = self.detail(s.saga_id)
+            if detail is not None:
+                counts = _state_counts(detail.view)
+                with self._lock:
+                    s.steps = self._share(counts)
         if s.steps is not None:
             return s.steps
         v = self.live_view(s.saga_id)

@@ -57,6 +57,9 @@ function ago(ts) {
   if (s < 86400) return `${Math.round(s / 3600)} h ago`;
   return `${Math.round(s / 86400)} d ago`;
 }
+// Every count the page prints goes through here: "1 step", "2 steps".
+const PLURAL = { retry: "retries" };
+function count(n, noun) { return `${n} ${n === 1 ? noun : PLURAL[noun] || noun + "s"}`; }
 function short(id) { return typeof id === "string" && id.length > 12 ? id.slice(0, 12) + "…" : String(id); }
 function json(v) { return JSON.stringify(v, null, 2); }
 function badge(status) { return h("span", { class: `badge s-${status}`, text: LABEL[status] || status }); }
@@ -146,12 +149,12 @@ async function route() {
 async function loadMeta() {
   S.meta = await api("/api/v1/meta");
   $("wal").textContent = S.meta.wal_path;
-  $("walstats").textContent = `${S.meta.sagas} sagas · ${S.meta.records} records · ${(S.meta.size / 1024).toFixed(1)} KiB`;
+  $("walstats").textContent = `${count(S.meta.sagas, "saga")} · ${count(S.meta.records, "record")} · ${(S.meta.size / 1024).toFixed(1)} KiB`;
   const d = $("damage");
   d.hidden = S.meta.damage_count === 0;
-  d.textContent = `⚠ ${S.meta.damage_count} damaged region${S.meta.damage_count === 1 ? "" : "s"}`;
+  d.textContent = `⚠ ${count(S.meta.damage_count, "damaged region")}`;
   if (S.meta.error) banner(`The log cannot be read: ${S.meta.error}`);
-  else if (S.meta.loading) banner(`Reading the WAL… ${S.meta.records} records so far`, true);
+  else if (S.meta.loading) banner(`Reading the WAL… ${count(S.meta.records, "record")} so far`, true);
   else if (!S.stale) banner(null);
 }
 function listQuery(cursor) {
@@ -248,36 +251,72 @@ function renderRuns() {
   } else if (items.length === 0) {
     state.textContent = "No run matches this filter.";
   } else {
-    state.textContent = `${S.list.matched} of ${S.list.total} runs`;
+    state.textContent = S.list.matched === S.list.total ? count(S.list.total, "run") : `${S.list.matched} of ${count(S.list.total, "run")}`;
   }
   for (const s of items) {
     const counts = Object.entries(s.steps).map(([k, n]) => `${n} ${k}`).join(", ");
+    const sub = `${short(s.saga)} · ${count(s.step_count, "step")}${counts ? " (" + counts + ")" : ""} · ${ago(s.last_ts)}`;
     ol.append(h("li", {
       tabindex: "0", class: s.saga === S.saga ? "sel" : "", dataset: { saga: s.saga, status: s.status },
       onclick: () => { location.hash = sagaHash(s.saga, null); },
       onkeydown: (ev) => { if (ev.key === "Enter") location.hash = sagaHash(s.saga, null); },
     },
-    h("span", { class: "name", text: s.name || "(unnamed)" }),
+    h("span", { class: "name", text: s.name || "(unnamed)", title: s.name || "(unnamed)" }),
     badge(s.status),
-    h("span", { class: "sub", text: `${short(s.saga)} · ${s.step_count} steps${counts ? " (" + counts + ")" : ""} · ${ago(s.last_ts)}` })));
+    h("span", { class: "sub", text: sub, title: sub })));
   }
   $("more").hidden = S.cursor === null || S.cursor === undefined;
 }
 
 // ---- time travel ------------------------------------------------------------------
-// The state of every step after record `at`: replay the server's deltas.
-function statesAt(d, at) {
-  const st = new Map();
+// What the log said right after record `at`: every step's state (replaying the
+// server's deltas), the steps whose forward call had committed, the saga's status,
+// and which escalations were open (a re-escalation reuses its id).
+function pointAt(d, at) {
+  const states = new Map(), committed = new Set(), escalationOpen = new Map();
+  let status = "running";
   for (let i = 0; i <= at && i < d.records.length; i++) {
     const r = d.records[i];
-    if (r.step !== null && r.step_state !== null) st.set(r.step, r.step_state);
+    if (r.step !== null && r.step_state !== null) states.set(r.step, r.step_state);
+    if (r.type === "committed" && r.step !== null) committed.add(r.step);
+    if (r.type === "escalated") escalationOpen.set(r.data.escalation, true);
+    if (r.type === "escalation_resolved") escalationOpen.set(r.data.escalation, false);
+    status = r.saga_status;
   }
-  return st;
+  return { at, atEnd: at >= d.records.length - 1, states, committed, escalationOpen, status };
 }
-function outcomeOf(d, state, atEnd) {
+// The forward effect happened: the call committed, or something undid (or is undoing) it.
+function happened(s, st, p) {
+  return p.committed.has(s.step) || ["compensating", "compensated", "compensation_failed"].includes(st);
+}
+// Owed an undo at point p: the effect happened (or may have: intent, unknown), nothing
+// undid it yet, something can (never an IRREVERSIBLE step), and the saga has not
+// committed (its effects are then kept). An escalated step stays owed until a human
+// resolves its escalation.
+const NEVER_OWED = ["gated", "refused", "no_effect", "compensated"];
+function owed(d, s, st, p) {
+  if (s.semantics === "irreversible" || p.status === "committed" || NEVER_OWED.includes(st)) return false;
+  if (st === "escalated") return p.escalationOpen.get(s.escalation) !== false;
+  return true;
+}
+// Until the saga fails, what it owes is only undone if it does.
+function owedTitle(d, p) {
+  const running = p.status === "running" && !(p.atEnd && d.status === "orphaned");
+  return running ? "Owed — undone if the saga fails" : "Owed — still to undo";
+}
+function outcomeOf(d, s, state, p) {
   const base = (S.meta && S.meta.outcome_of_state[state]) || "unknown";
-  if (atEnd && d.status === "orphaned" && S.meta && S.meta.owed_states.includes(state)) return "orphaned";
+  if (p.atEnd && d.status === "orphaned" && owed(d, s, state, p)) return "orphaned";
   return base;
+}
+// The colour of an undo run's outcome (see _timeline.py).
+const RUN_OUTCOME = { compensated: "compensated", failed: "failed", escalated: "escalated", interrupted: "unknown" };
+function runText(r) {
+  const who = r.retry ? `retry requested by ${r.retry.by} at ${fmtTime(r.retry.ts)} (${r.retry.note}), run by ${r.by}` : `run by ${r.by}`;
+  const failed = r.attempts ? ` · ${count(r.attempts, "failed attempt")}` : "";
+  const error = r.error ? ` — ${r.error}` : "";
+  const escalated = r.escalated && r.escalated !== r.error ? ` — escalated: ${r.escalated}` : "";
+  return `${who}, ${fmtTime(r.start)} → ${fmtTime(r.end)}${failed}${error}${escalated}`;
 }
 function travel(to) {
   const d = S.detail;
@@ -307,8 +346,9 @@ function renderContent() {
 function renderSaga(c, d) {
   const n = d.records.length;
   const at = S.at === null ? n - 1 : S.at;
-  const atEnd = at >= n - 1;
-  const states = statesAt(d, at);
+  const p = pointAt(d, at);
+  const now = atEndPoint(d, p);
+  const atEnd = p.atEnd;
   const cur = d.records[at];
   c.append(h("div", { class: "saga-head" },
     h("h1", { id: "saga-name", text: d.name || "(unnamed saga)" }), badge(d.status),
@@ -328,7 +368,13 @@ function renderSaga(c, d) {
   if (endRec && endRec.data.note) c.append(h("div", { class: "note" }, String(endRec.data.note)));
   if (d.status === "orphaned") c.append(h("div", { class: "note warn" }, "Orphaned: the owner's lease expired and no saga_end was written. Run saga-recoveryd to finish the rollback."));
   for (const e of d.escalations.filter((x) => !x.resolved)) {
-    c.append(h("div", { class: "note o-escalated" }, `Escalated (${e.escalation}, step ${e.step ?? "–"}): ${e.reason} `, h("a", { href: "#/escalations", text: "→ escalation queue" })));
+    const retry = e.retry && !e.retry.outcome ? ` Retry requested by ${e.retry.by}: ${e.retry.claimed_by ? "being carried out by " + e.retry.claimed_by : "waiting for saga-recoveryd"}.` : "";
+    c.append(h("div", { class: "note o-escalated" }, `Escalated (${e.escalation}, step ${e.step ?? "–"}): ${e.reason}${retry} `, h("a", { href: "#/escalations", text: "→ escalation queue" })));
+  }
+  const retried = d.steps.filter((s) => s.undo_runs.some((r) => r.retry));
+  if (retried.length) {
+    const each = retried.map((s) => `step ${s.step} → ${s.undo_runs.filter((r) => r.retry).map((r) => r.outcome || "in progress").join(", ")}`);
+    c.append(h("div", { class: "note o-recovering", id: "retries-note" }, `Retried by an operator (agent-saga escalations retry): ${each.join("; ")}.`));
   }
   for (const dm of d.damages) {
     c.append(h("div", { class: "note warn" }, `Damaged log region inside this saga's records: offset ${dm.offset}, ${dm.length} bytes (${dm.kind}: ${dm.detail}). Records may be missing here.`));
@@ -350,56 +396,63 @@ function renderSaga(c, d) {
   const right = h("div", null);
   grid.append(left, right);
   c.append(grid);
-  left.append(renderTimeline(d, at, states, atEnd));
-  left.append(renderLedger(d, states, atEnd));
+  left.append(renderTimeline(d, p));
+  left.append(renderLedger(d, p));
   left.append(renderRecords(d, at));
-  right.append(renderInspector(d, states, atEnd));
+  right.append(renderInspector(d, p, now));
 }
+function atEndPoint(d, p) { return p.atEnd ? p : pointAt(d, d.records.length - 1); }
 
-function renderTimeline(d, at, states, atEnd) {
+function renderTimeline(d, p) {
   const card = h("div", { class: "card", id: "timeline" }, h("h2", { text: "Timeline — forward steps in order, then compensations newest first (LIFO)" }));
   const recs = d.records;
   const t0 = recs.length ? recs[0].ts : 0;
   const t1 = recs.length ? recs[recs.length - 1].ts : 1;
   const span = Math.max(1e-6, (t1 || 0) - (t0 || 0));
-  const curTs = recs[at] ? recs[at].ts : t1;
+  const curTs = recs[p.at] ? recs[p.at].ts : t1;
   const pos = (t) => `${Math.max(0, Math.min(100, ((t - t0) / span) * 100)).toFixed(2)}%`;
+  const bar = (start, end, outcome, title) => {
+    const el = h("div", { class: `tl-bar o-${outcome}`, title, dataset: { outcome } });
+    const stop = end !== null && end !== undefined ? end : (p.atEnd ? t1 : curTs);
+    el.style.left = `min(${pos(start)}, calc(100% - 3px))`;  // a bar at the very end stays inside
+    el.style.width = `max(3px, calc(${pos(stop)} - ${pos(start)}))`;
+    return el;
+  };
   const row = (s, kind) => {
-    const part = kind === "undo" ? s.undo : s.forward;
-    const seen = states.has(s.step);
+    const seen = p.states.has(s.step);
+    const st = seen ? p.states.get(s.step) : null;
     let outcome = "future";
     let label = "not yet";
-    if (seen) {
-      const st = states.get(s.step);
-      label = st;
-      outcome = outcomeOf(d, st, atEnd);
-      if (kind === "undo") {
-        const done = part && part.start !== null && part.start <= curTs;
-        outcome = !done ? "future" : st === "compensated" ? "compensated" : (st === "compensation_failed" || st === "escalated") ? outcomeOf(d, st, atEnd) : "unknown";
-        label = done ? st : "not yet";
-      }
-    }
     const track = h("div", { class: "tl-track" });
-    if (part && part.start !== null) {
-      const end = part.end !== null && part.end !== undefined ? part.end : (atEnd ? t1 : curTs);
-      const bar = h("div", { class: `tl-bar o-${outcome}`, title: `${label} · ${fmtDur(part.duration)}` });
-      bar.style.left = pos(part.start);
-      bar.style.width = `max(3px, calc(${pos(end)} - ${pos(part.start)}))`;
-      track.append(bar);
+    if (kind === "forward") {
+      if (seen) { label = st; outcome = outcomeOf(d, s, st, p); }
+      if (s.forward && s.forward.start !== null) track.append(bar(s.forward.start, s.forward.end, outcome, `${label} · ${fmtDur(s.forward.duration)}`));
+    } else {
+      // One bar per undo run (the rollback, then each retry), as far as the point shows.
+      s.undo_runs.filter((r) => r.from_i <= p.at).forEach((r, k) => {
+        const over = r.outcome !== null && r.to_i <= p.at;
+        outcome = over ? RUN_OUTCOME[r.outcome] || "unknown" : "unknown";
+        label = st;
+        track.append(bar(r.start, over ? r.end : null, outcome, `run ${k + 1}: ${over ? r.outcome : "in progress"} — ${runText(r)}`));
+      });
     }
     const cursor = h("div", { class: "tl-cursor" });
-    cursor.style.left = pos(curTs);
+    cursor.style.left = `min(${pos(curTs)}, calc(100% - 1px))`;
     track.append(cursor);
+    const name = `${kind === "undo" ? "↩ " : ""}#${s.step} ${s.tool || "?"}`;
+    const part = kind === "undo" ? s.undo : s.forward;
     return h("div", {
       class: "tl-row" + (S.step === s.step ? " sel" : ""), dataset: { step: s.step, kind, outcome },
       tabindex: "0", onclick: () => selectStep(s.step),
     },
-    h("span", { class: "tl-label", title: s.tool || "" }, kind === "undo" ? "↩ " : "", `#${s.step} ${s.tool || "?"} `, pill(outcome, label)),
+    h("span", { class: "tl-label" }, h("span", { class: "tl-name", title: name, text: name }), pill(outcome, label)),
     track,
     h("span", { class: "tl-dur", text: part ? fmtDur(part.duration) : "" }));
   };
   for (const n of d.forward_order) card.append(row(d.steps.find((s) => s.step === n), "forward"));
   if (d.undo_order.length) {
+    // The server orders them newest first by the order the steps completed (LIFO),
+    // whatever order the log holds them in (an operator may retry in any order).
     card.append(h("div", { class: "tl-sep", text: "compensations (newest first)" }));
     for (const n of d.undo_order) card.append(row(d.steps.find((s) => s.step === n), "undo"));
   }
@@ -407,27 +460,31 @@ function renderTimeline(d, at, states, atEnd) {
   return card;
 }
 
-// States in which the forward effect did not (or not provably) happen.
-const NOT_DONE = ["gated", "refused", "intent", "no_effect", "unknown"];
-function renderLedger(d, states, atEnd) {
-  const done = [], owed = [], undone = [], other = [];
+function renderLedger(d, p) {
+  const done = [], due = [], undone = [], other = [];
+  const item = (s, st, tag) => {
+    const name = `#${s.step} ${s.tool || "?"}`;
+    return h("li", { dataset: { step: s.step } }, pill(outcomeOf(d, s, st, p), st),
+      h("span", { class: "name", title: name, text: name }),
+      tag ? h("span", { class: "tag", text: tag }) : null);
+  };
   for (const s of d.steps) {
-    if (!states.has(s.step)) continue;
-    const st = states.get(s.step);
-    const item = h("li", { title: st }, pill(outcomeOf(d, st, atEnd), st), ` #${s.step} ${s.tool || "?"}`);
-    const happened = !NOT_DONE.includes(st) && !(st === "escalated" && !Object.values(s.attempt_states).includes("committed"));
-    if (happened) done.push(h("li", { title: st }, pill(outcomeOf(d, st, atEnd), st), ` #${s.step} ${s.tool || "?"}`));
-    if (st === "compensated") undone.push(item);
-    else if (S.meta.owed_states.includes(st)) owed.push(item);
-    else if (!happened) other.push(item);
+    if (!p.states.has(s.step)) continue;
+    const st = p.states.get(s.step);
+    const did = happened(s, st, p);
+    const irreversible = s.semantics === "irreversible" ? "irreversible · cannot be undone" : null;
+    if (did) done.push(item(s, st, irreversible || (p.status === "committed" && st === "committed" ? "kept: the saga committed" : null)));
+    if (st === "compensated") undone.push(item(s, st));
+    else if (owed(d, s, st, p)) due.push(item(s, st));
+    else if (!did) other.push(item(s, st, irreversible));
   }
   const col = (title, items, id) => h("div", { id }, h("h3", { text: `${title} (${items.length})` }), h("ul", null, items.length ? items : [h("li", { class: "muted", text: "–" })]));
   return h("div", { class: "card" }, h("h2", { text: "At this point" }),
     h("div", { class: "ledger" },
       col("Done — forward effect happened", done, "ledger-done"),
-      col("Owed — still to undo", owed, "ledger-owed"),
+      col(owedTitle(d, p), due, "ledger-owed"),
       col("Undone — compensated", undone, "ledger-undone")),
-    other.length ? h("div", { class: "section" }, h("h3", { text: "Not done (refused, no effect, unknown, waiting)" }), h("ul", { class: "ledger" }, other)) : null);
+    other.length ? h("div", { class: "section", id: "ledger-other" }, h("h3", { text: "Not done, or not known to be done (refused, no effect, outcome unknown, waiting)" }), h("ul", { class: "ledger" }, other)) : null);
 }
 
 function recordSummary(r) {
@@ -435,14 +492,15 @@ function recordSummary(r) {
   switch (r.type) {
     case "saga_begin": return `name=${x.name} owner=${short(x.owner)}`;
     case "intent": return `${x.tool} attempt ${x.attempt} ${JSON.stringify(x.kwargs)}`;
-    case "committed": return `handler=${x.handler} ${JSON.stringify(x.kwargs)}`;
+    case "committed": return x.handler ? `handler=${x.handler} ${JSON.stringify(x.kwargs)}` : "no compensation handler";
     case "forward_failed": return `${x.outcome}: ${x.error}`;
     case "gate": return `${x.decision} by ${x.decided_by}: ${x.reason}`;
     case "compensating": case "compensated": return `by ${short(x.by)} token ${short(x.token)}`;
     case "compensation_failed": return `attempt ${x.attempt}${x.final ? " final" : ""}: ${x.error}`;
     case "escalated": return `${x.escalation}: ${x.reason}`;
     case "escalation_resolved": return `${x.escalation} by ${x.by}: ${x.note}`;
-    case "claim": return `by ${x.by} fence ${x.fence}`;
+    case "claim": return `by ${x.by} fence ${x.fence}${x.retry ? ` (retry of ${x.retry})` : ""}`;
+    case "escalation_retry": return `${x.escalation} retry requested by ${x.by}: ${x.note}`;
     case "saga_end": return `${x.outcome} by ${short(x.by)}`;
     case "approval_requested": return `${x.request} ${x.tool} ${JSON.stringify(x.kwargs)}`;
     case "approval_decided": return `${x.request} ${x.decision} by ${x.by}: ${x.note}`;
@@ -452,15 +510,19 @@ function recordSummary(r) {
 function renderRecords(d, at) {
   const tbody = h("tbody");
   const t0 = d.records.length ? d.records[0].ts : 0;
+  const cell = (text, title) => h("td", { text, title: title || String(text) });
   d.records.forEach((r, i) => {
     tbody.append(h("tr", { class: i === at ? "cur" : i > at ? "future" : "", dataset: { i }, onclick: () => travel(i) },
-      h("td", { text: i + 1 }), h("td", { text: r.offset }), h("td", { text: r.type }),
-      h("td", { text: r.step === null ? "" : r.step }), h("td", { text: `+${fmtDur((r.ts || t0) - t0) || "0"}` }),
-      h("td", { text: recordSummary(r), title: json(r.data) })));
+      cell(i + 1), cell(r.offset), cell(r.type), cell(r.step === null ? "" : r.step), cell(`+${fmtDur((r.ts || t0) - t0) || "0"}`),
+      cell(recordSummary(r), json(r.data))));
   });
+  // Fixed columns: a long detail is cut with "…" (the whole record is its title) and
+  // never pushes the table under the inspector; a very narrow column scrolls instead.
+  const cols = h("colgroup", null, ...["num", "offset", "type", "step", "t", "detail"].map((c) => h("col", { class: `c-${c}` })));
   return h("div", { class: "card" }, h("h2", { text: "Records (click to travel)" }),
-    h("table", { class: "records", id: "records" },
-      h("thead", null, h("tr", null, ...["#", "offset", "type", "step", "t", "detail"].map((x) => h("th", { text: x })))), tbody));
+    h("div", { class: "table-wrap" },
+      h("table", { class: "records", id: "records" }, cols,
+        h("thead", null, h("tr", null, ...["#", "offset", "type", "step", "t", "detail"].map((x) => h("th", { text: x })))), tbody)));
 }
 
 function selectStep(n) { location.hash = sagaHash(S.saga, n); }
@@ -490,26 +552,26 @@ function kv(...pairs) {
   for (let i = 0; i < pairs.length; i += 2) el.append(h("div", { text: pairs[i] }), pairs[i + 1] instanceof Node ? pairs[i + 1] : h("div", { text: pairs[i + 1] ?? "–" }));
   return el;
 }
-function renderInspector(d, states, atEnd) {
+function renderInspector(d, p, now) {
   const card = h("div", { class: "card", id: "inspector" });
   const s = d.steps.find((x) => x.step === S.step);
   if (!s) {
     card.append(h("h2", { text: "Inspector" }), h("div", { class: "muted", text: d.steps.length ? "Click a step in the timeline (or press ] ) to inspect it." : "Nothing to inspect." }));
     return card;
   }
-  const st = states.has(s.step) ? states.get(s.step) : "not started yet";
+  const st = p.states.has(s.step) ? p.states.get(s.step) : "not started yet";
   card.append(h("h2", null, `Step #${s.step} `, h("button", { type: "button", id: "copy-json", title: "copy this step as JSON (c)", onclick: copyStep }, "copy as JSON")));
   card.append(kv(
     "tool", h("div", { class: "mono", id: "insp-tool", text: s.tool || "?" }),
     "semantics", s.semantics,
-    "state now", h("div", null, pill(outcomeOf(d, s.state, true), s.state)),
-    "state at point", h("div", null, pill(states.has(s.step) ? outcomeOf(d, st, atEnd) : "future", st)),
-    "attempts", `${s.attempts} ${JSON.stringify(s.attempt_states)}`,
+    "state now", h("div", null, pill(outcomeOf(d, s, s.state, now), s.state)),
+    "state at point", h("div", null, pill(p.states.has(s.step) ? outcomeOf(d, s, st, p) : "future", st)),
+    "attempts", `${count(s.attempts, "attempt")} ${JSON.stringify(s.attempt_states)}`,
     "idempotency key", h("div", { class: "mono", text: s.idempotency_key || "–" }),
     "resolver", s.resolver,
     "forward", s.forward ? `${fmtTime(s.forward.start)} → ${fmtTime(s.forward.end)} (${fmtDur(s.forward.duration) || "unfinished"})` : "–"));
   card.append(h("div", { class: "section" }, h("h3", { text: "Forward kwargs (as logged)" }), valueBlock(s.kwargs)));
-  if (s.error) card.append(h("div", { class: "section" }, h("h3", { text: "Error" }), h("pre", { id: "insp-error", text: String(s.error) })));
+  if (s.error) card.append(h("div", { class: "section" }, h("h3", { text: "Last error recorded" }), h("pre", { id: "insp-error", text: String(s.error) })));
   const gate = h("div", { class: "section" }, h("h3", { text: "Gate & approval decisions" }));
   if (!s.gate.length && !s.approvals.length) gate.append(h("div", { class: "muted", text: "–" }));
   for (const g of s.gate) gate.append(h("div", null, pill(g.decision === "refused" ? "failed" : "committed", g.decision), ` by ${g.decided_by} at ${fmtTime(g.ts)} — ${g.reason}`));
@@ -519,10 +581,15 @@ function renderInspector(d, states, atEnd) {
   comp.append(kv(
     "handler", h("div", { class: "mono", id: "insp-handler", text: s.handler || (s.semantics === "irreversible" ? "none (IRREVERSIBLE)" : "–") }),
     "token", h("div", { class: "mono", text: s.token || "–" }),
-    "ran", s.undo ? `${fmtTime(s.undo.start)} → ${fmtTime(s.undo.end)} (${fmtDur(s.undo.duration) || "unfinished"})` : "not run",
+    "ran", s.undo ? `${fmtTime(s.undo.start)} → ${fmtTime(s.undo.end)} (${fmtDur(s.undo.duration) || "unfinished"}; ${count(s.undo_runs.length, "run")})` : "not run",
     "outcome", s.undo ? (s.undo.outcome || "in progress") : "–",
     "compensated by", s.compensated_by));
   comp.append(h("div", { class: "muted small", text: "kwargs passed to the handler:" }), valueBlock(s.compensation_kwargs));
+  if (s.undo_runs.length) {
+    comp.append(h("div", { class: "muted small", text: "undo runs, oldest first (an operator's retry is a run of its own):" }),
+      h("ol", { id: "insp-undo-runs" }, s.undo_runs.map((r) => h("li", { class: "small", dataset: { outcome: r.outcome || "running" } },
+        pill(r.outcome ? RUN_OUTCOME[r.outcome] || "unknown" : "unknown", r.outcome || "in progress"), " ", runText(r)))));
+  }
   if (s.undo_attempts.length) {
     comp.append(h("div", { class: "muted small", text: "undo records:" }),
       h("ul", { id: "insp-undo-attempts" }, s.undo_attempts.map((u) => h("li", { class: "mono small", text: `${fmtTime(u.ts)} ${u.type}${u.attempt ? " attempt " + u.attempt : ""}${u.final ? " (final)" : ""} by ${u.by}${u.error ? " — " + u.error : ""}` }))));

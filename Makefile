@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck bench check clean example-stripe example-postgres
+.PHONY: demo test test-latest dist lint typecheck bench check clean example-stripe example-postgres
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agent-saga needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
@@ -40,6 +40,26 @@ demo: $(VENV)/.installed-base
 # when missing and run as root), runs pytest with them, and stops them.
 test: $(VENV)/.installed-dev
 	$(BIN)/python scripts/testenv run -- $(BIN)/python -m pytest
+
+# Each framework extra alone, at the newest versions its range allows (what a user's
+# `pip install` gets today; the test environment pins older ones so that all five
+# co-install): per framework a venv with only the wheel and that extra, the documented
+# example, then that framework's adapter tests. Needs PyPI; 5-8 min on 2 cores. Not part
+# of `make test` or CI (whose result must not change when PyPI does): run it weekly,
+# before every release and when a framework ships one (README, Development); fix the
+# adapter a new release breaks, not the range.
+test-latest: $(VENV)/.installed-dev
+	$(BIN)/python scripts/test_latest.py
+
+# The sdist and the wheel in dist/, checked (twine check --strict, py.typed and the
+# license inside). Until sagaops-agent-saga is on PyPI, the wheel is how it gets to
+# another machine: pip install dist/sagaops_agent_saga-*.whl
+$(VENV)/.installed-dist: $(CONSTRAINTS) | $(BIN)/python
+	$(PIP) install -c $(CONSTRAINTS) build twine
+	@touch $@
+
+dist: $(VENV)/.installed-dist
+	$(BIN)/python scripts/dist_tools.py dist
 
 # The connector examples run against the same local servers as the tests: localstripe
 # (started by the example itself) and a throw-away PostgreSQL (started by testenv).

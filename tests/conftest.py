@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +112,36 @@ def wal_location(request: pytest.FixtureRequest, tmp_path: Any) -> str:
     if request.param == "file":
         return str(tmp_path / "contract.wal")
     return fresh_pg_log(request.getfixturevalue("pg_log_database"))
+
+
+# ---- the distribution: built once, installed into clean environments ------------------
+
+
+@pytest.fixture(scope="session")
+def built_dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The checkout's sdist and wheel, built once per session as ``make dist`` builds them."""
+    from dist_rig import dist_tools
+
+    sdist, wheel = dist_tools.build(tmp_path_factory.mktemp("dist"))
+    return sdist, wheel
+
+
+@pytest.fixture(scope="session")
+def extra_venv(
+    built_dist: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
+    """``extra_venv("stripe")``: the python of a venv (outside the checkout) holding the
+    built wheel with that extra only, at the pinned versions; ``""`` for no extra.
+    Each is created once per session."""
+    from dist_rig import CONSTRAINTS, dist_tools
+
+    made: dict[str, Path] = {}
+
+    def get(extra: str) -> Path:
+        if extra not in made:
+            where = tmp_path_factory.mktemp(f"venv-{extra or 'core'}") / "venv"
+            wheel = f"{built_dist[1]}[{extra}]" if extra else str(built_dist[1])
+            made[extra] = dist_tools.make_venv(where, wheel, constraints=CONSTRAINTS)
+        return made[extra]
+
+    return get

@@ -88,12 +88,14 @@ def start_redis(workdir: Path, port: int | None = None) -> int:
 
 def stop_redis(workdir: Path, port: int) -> None:
     """Stop the server :func:`start_redis` started (idempotent, never raises)."""
-    with contextlib.suppress(OSError):
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
-            s.settimeout(2)
-            with contextlib.suppress(OSError):
-                s.recv(64)  # the server closes the connection as it exits
+    with (
+        contextlib.suppress(OSError),
+        socket.create_connection(("127.0.0.1", port), timeout=1) as s,
+    ):
+        s.sendall(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
+        s.settimeout(2)
+        with contextlib.suppress(OSError):
+            s.recv(64)  # the server closes the connection as it exits
     pidfile = workdir / "redis.pid"
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and _ping(port):

@@ -9,10 +9,41 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HERE", "child_env", "cli", "records", "runs_json"]
+__all__ = [
+    "DOCS_SECTIONS",
+    "EXAMPLE_OUTPUT",
+    "HERE",
+    "QUIET_ENV",
+    "child_env",
+    "cli",
+    "records",
+    "runs_json",
+]
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
+
+#: Adapter module -> its section of docs/adapters.md, each with a runnable example.
+DOCS_SECTIONS = {
+    "langgraph": "LangGraph",
+    "openai_agents": "OpenAI Agents SDK",
+    "crewai": "CrewAI",
+    "llamaindex": "LlamaIndex",
+    "autogen": "AutoGen",
+}
+#: What every documented example prints (the README's LangGraph snippet too).
+EXAMPLE_OUTPUT = "rolled back: the model provider went down - refunded: ['ch_cus_1']"
+
+#: What the frameworks read at import or run time (no telemetry, no network).
+QUIET_ENV = {
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "CREWAI_TRACING_ENABLED": "false",
+    "CREWAI_DISABLE_TRACKING": "true",
+    "OTEL_SDK_DISABLED": "true",
+    "OPENAI_AGENTS_DISABLE_TRACING": "1",
+    "LANGSMITH_TRACING": "false",
+    "ANONYMIZED_TELEMETRY": "false",
+}
 
 
 def records(wal: str, kind: str | None = None) -> list[dict[str, Any]]:

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from adapters_support import child_env, cli
+from adapters_support import DOCS_SECTIONS, EXAMPLE_OUTPUT, child_env, cli
 
-ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ["LangGraph", "OpenAI Agents SDK", "CrewAI", "LlamaIndex", "AutoGen"]
-EXPECTED = "rolled back: the model provider went down - refunded: ['ch_cus_1']"
-
-
-def _block(path: Path, heading: str) -> str:
-    text = path.read_text(encoding="utf-8")
-    section = text.split(f"\n## {heading}\n", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, f"{path.name} has a python example under '## {heading}'"
-    return match.group(1)
+from dist_rig import python_block
 
 
 def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -45,13 +34,13 @@ def _changed_lines(code: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("heading", SECTIONS)
+@pytest.mark.parametrize("heading", DOCS_SECTIONS.values())
 def test_each_documented_example_rolls_back_its_charge(heading: str, tmp_path: Path) -> None:
-    code = _block(ROOT / "docs" / "adapters.md", heading)
+    code = python_block("docs/adapters.md", heading)
     assert len(_changed_lines(code)) == 2, "two lines differ from the framework's own code"
     run = _run(code, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert EXPECTED in run.stdout
+    assert EXAMPLE_OUTPUT in run.stdout
     runs = cli("runs", "--wal-path", str(tmp_path / "shop.wal"), "--json")
     (saga,) = json.loads(runs.stdout)
     assert saga["outcome"] == "rolled_back"
@@ -59,7 +48,7 @@ def test_each_documented_example_rolls_back_its_charge(heading: str, tmp_path: P
 
 @pytest.mark.slow
 def test_readme_langgraph_snippet_runs_as_pasted(tmp_path: Path) -> None:
-    code = _block(ROOT / "README.md", "Framework adapters")
+    code = python_block("README.md", "Framework adapters")
     run = _run(code, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert EXPECTED in run.stdout
+    assert EXAMPLE_OUTPUT in run.stdout

@@ -66,10 +66,49 @@ def test_the_pattern_catches_every_spelling_of_the_wrong_install() -> None:
         assert not WRONG_INSTALL.search(text), text
 
 
+# `pip install sagaops-agent-saga`, `pip install -U 'sagaops-agent-saga[x]'`...: from the
+# index, where the distribution is not published yet (with --find-links it is the wheel).
+INDEX_INSTALL = re.compile(
+    r"""pip3?\s+install\s+(?:-\S+\s+)*['"]?sagaops-agent-saga(?:\[|['"\s]|$)""", re.M
+)
+
+
+def test_no_document_sends_users_to_the_index_before_the_distribution_is_published() -> None:
+    """Every `pip install sagaops-agent-saga...` failed with "No matching distribution
+    found". When the first release is on PyPI, this test goes (and the README's Install
+    section leads with the index again)."""
+    pages = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]
+    pages += sorted((ROOT / "examples").rglob("*.py"))
+    offenders = [
+        f"{path.relative_to(ROOT)}: {match.group(0)!r}"
+        for path in pages
+        for match in INDEX_INSTALL.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+    for text in ("pip install sagaops-agent-saga", "pip install -U 'sagaops-agent-saga[mcp]'"):
+        assert INDEX_INSTALL.search(text), text
+    for text in (
+        "pip install --find-links dist 'sagaops-agent-saga[postgres]'",
+        "pip uninstall -y agent-saga sagaops-agent-saga",
+    ):
+        assert not INDEX_INSTALL.search(text), text
+
+
+def test_the_readme_says_it_is_not_on_pypi_and_installs_from_a_clone_or_a_built_wheel() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "**agent-saga is not on PyPI yet:**" in section
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    commands = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+    assert "pip install ." in commands
+    assert "pip install '.[encryption]'" in commands
+    assert "make dist" in commands
+    assert "pip install dist/sagaops_agent_saga-*.whl" in commands
+    assert "pip install --find-links dist 'sagaops-agent-saga[encryption]'" in commands
+
+
 def test_the_readme_warns_against_installing_the_other_package_beside_it() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "pip install sagaops-agent-saga" in readme
-    assert "pip install 'sagaops-agent-saga[encryption]'" in readme
     at = readme.index("unrelated")
     warning = " ".join(re.sub(r"\n> ?", "\n", readme[at - 300 : at + 600]).split())
     assert "`agent-saga`" in warning

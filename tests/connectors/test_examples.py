@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,21 @@ def _stripe_snippet() -> str:
     return match.group(1)
 
 
-def test_the_readme_stripe_example_refunds_the_payment_with_only_documented_config(
-    localstripe: Any, tmp_path: Path
+def test_the_readme_stripe_example_refunds_the_payment_with_only_the_stripe_extra(
+    localstripe: Any, tmp_path: Path, extra_venv: Callable[[str], Path]
 ) -> None:
+    """Run by a venv holding the built wheel and the ``stripe`` extra only, with only
+    the documented configuration."""
     script = tmp_path / "example.py"
     script.write_text(_stripe_snippet(), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_SAGA_", "STRIPE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENT_SAGA_", "STRIPE_")) and k != "PYTHONPATH"
+    }
     env.update(STRIPE_API_BASE=localstripe.base, STRIPE_API_KEY=STRIPE_TEST_KEY, HOME=str(tmp_path))
     run = subprocess.run(
-        [sys.executable, str(script)],
+        [str(extra_venv("stripe")), str(script)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -66,11 +73,13 @@ def test_the_stripe_example_prints_each_refund_once_and_the_decline(tmp_path: Pa
 
 
 def test_the_postgres_example_restores_the_rows_and_keeps_a_concurrent_write(
-    pg_dsn: str,
+    pg_dsn: str, extra_venv: Callable[[str], Path]
 ) -> None:
+    """Run by a venv holding the built wheel and the ``postgres`` extra only."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "postgres_rollback.py")],
-        env={**os.environ, "DATABASE_URL": pg_dsn},
+        [str(extra_venv("postgres")), str(ROOT / "examples" / "postgres_rollback.py")],
+        env={**env, "DATABASE_URL": pg_dsn},
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,9 +12,10 @@ The import pulls in the standard library only.
 
 from __future__ import annotations
 
-from ._decorators import SagaContext, saga, tool
 from ._registry import register_handler
 from ._runtime import current_saga
+from ._saga_context import SagaContext, saga
+from ._tool_decorator import tool
 from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
 from .approvals import ApprovalQueue
 from .errors import (

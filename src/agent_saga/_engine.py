@@ -1,22 +1,24 @@
-"""The saga state machine: steps, scopes and the step/rollback protocols, without I/O.
+"""The saga state machine: steps, the gate and the durable step protocol, without I/O.
 
 The protocols are generators that *yield commands* (``_commands``: ``Append`` a
 record durably, ``Submit`` one without waiting, ``Call`` user code, ``Approve``,
-``Sleep``) and receive their results. Undoing one step is ``_undo``'s, shared with
-the recovery daemon. ``_runtime`` drives them with a short sync loop or a short
-async loop — the only code that differs by colour. Everything that
+``Sleep``) and receive their results. ``_runtime`` drives them with a short sync
+loop or a short async loop — the only code that differs by colour. Everything that
 decides *what* happens (gate verdicts, record contents, LIFO order, retry and
-escalation) lives here, once.
+escalation) lives in the engine's modules, once:
 
-The REVERSIBLE fast path is not a generator: it does no I/O at all, so it is a
-plain function both drivers share.
+* here: :class:`Step`, the gate (a refusal is recorded durably) and the protocol
+  of one COMPENSABLE or IRREVERSIBLE step;
+* ``_reversible``: the REVERSIBLE fast path. It does no I/O at all, so it is not a
+  generator but plain functions both drivers share;
+* ``_rollback``: the rollback and settle protocols that end a saga. Undoing one
+  step is ``_undo``'s, shared with the recovery daemon.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import functools
 import json
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
@@ -34,28 +36,9 @@ from ._commands import (
     Submit,
 )
 from ._registry import is_registered
-from ._types import ActionSemantics, Compensation, RetryPolicy
-from ._undo import (
-    StepFacts,
-    Target,
-    duplicate_risk,
-    error_text,
-    escalate,
-    escalation_id,
-    flat,
-    jsonable,
-    now,
-    resolve_unknown,
-    run_compensation,
-    undo_durable_step,
-)
-from .errors import (
-    GateRefused,
-    InvalidCompensation,
-    LeaseLost,
-    OutcomeUnknown,
-    SecretInKwargs,
-)
+from ._types import ActionSemantics, Compensation
+from ._undo import error_text, escalation_id, flat, jsonable, now
+from .errors import GateRefused, InvalidCompensation, LeaseLost, SecretInKwargs
 from .gate import ApprovalRequest, Decision, as_decision, run_policies
 from .secrets import CredentialRef, assert_no_secrets, redact
 from .wal import records as R
@@ -67,7 +50,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Step",
     "StepState",
-    "commit_outcome",
     "commit_record",
     "fenced_escalation",
     "forward_failed",
@@ -76,18 +58,10 @@ __all__ = [
     "intent_record",
     "new_durable_step",
     "not_sent_record",
-    "nothing_to_settle",
     "refusal_protocol",
-    "reversible_begin",
-    "reversible_done",
-    "reversible_failed",
-    "reversible_gate",
-    "rollback_protocol",
-    "settle_protocol",
     "step_protocol",
 ]
 
-REVERSIBLE: Final = ActionSemantics.REVERSIBLE
 COMPENSABLE: Final = ActionSemantics.COMPENSABLE
 IRREVERSIBLE: Final = ActionSemantics.IRREVERSIBLE
 
@@ -136,26 +110,7 @@ class Step:
         return f"<Step {self.id} {self.spec.name} {self.state.value}>"
 
 
-# --- the REVERSIBLE fast path (no I/O) ------------------------------------------------
-
-
-def reversible_gate(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Decision | None:
-    """Run the scope's policies for a REVERSIBLE call; return the refusal, if any.
-
-    Only called when the scope has policies: REVERSIBLE calls log nothing, so the
-    other gate checks (secrets, compensation, approval) do not apply to them.
-    """
-    run = scope.run
-    request = ApprovalRequest(
-        run.id,
-        run.name,
-        spec.name,
-        REVERSIBLE,
-        spec.bind(args, kwargs),
-        run.peek_step_id(),
-        run.side_effects,
-    )
-    return run_policies(scope.policies, request)
+# --- the gate (a refusal is recorded durably, whatever the semantics) --------------
 
 
 def refusal_protocol(scope: Scope, spec: ToolSpec, decision: Decision) -> Protocol:
@@ -177,82 +132,6 @@ def _refusal(run: Run, step: Step, decision: Decision) -> GateRefused:
         saga_id=run.id,
         step_id=step.id,
     )
-
-
-def reversible_begin(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Step:
-    """Take the in-process snapshot of a REVERSIBLE step, before its call."""
-    step = Step(scope.run.next_step_id(), spec, scope)
-    if spec.snapshot is not None:
-        restore = spec.snapshot(*args, **kwargs)
-        if restore is not None and not callable(restore):
-            raise InvalidCompensation(
-                f"snapshot of {spec.name!r} must return a zero-argument restore callable",
-                saga_id=scope.run.id,
-                step_id=step.id,
-            )
-        step.restore = restore
-    return step
-
-
-def reversible_failed(step: Step) -> None:
-    """A REVERSIBLE call raised: if a snapshot exists, restoring it is still exact."""
-    if step.restore is not None:
-        step.state = StepState.UNKNOWN
-        if step.scope.run.closed:
-            _restore_late(step)
-        else:
-            step.scope.run.done.append(step)
-
-
-def reversible_done(step: Step, result: Any) -> Any:
-    """Record a finished REVERSIBLE call and build its compensation.
-
-    A call that finishes after its saga already unwound (a sibling task still
-    running when the saga failed) is restored at once: nobody will unwind it later.
-    """
-    factory = step.spec.compensate
-    if factory is not None:
-        try:
-            comp = factory(result)
-        except Exception as exc:
-            problem = f"compensation factory of {step.spec.name!r} raised {type(exc).__name__}"
-            _keep_invalid(step, problem)
-            raise InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id) from exc
-        if type(comp) is not Compensation and not isinstance(comp, Compensation):
-            problem = (
-                f"compensation factory of {step.spec.name!r} returned "
-                f"{type(comp).__name__}, not Compensation"
-            )
-            _keep_invalid(step, problem)
-            raise InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id)
-        step.compensation = comp
-    step.state = StepState.COMMITTED
-    run = step.scope.run
-    if run.closed:
-        _restore_late(step)
-        return result
-    run.done.append(step)
-    return result
-
-
-def _restore_late(step: Step) -> None:
-    undo = step.restore
-    if undo is None and step.compensation is not None:
-        undo = functools.partial(step.compensation.fn or (lambda: None), **step.compensation.kwargs)
-    if undo is not None:
-        undo()
-    step.state = StepState.COMPENSATED
-
-
-def _keep_invalid(step: Step, problem: str) -> None:
-    # The effect happened but cannot be undone as declared: rollback escalates it.
-    step.problem = problem
-    step.restore = None
-    step.state = StepState.COMMITTED
-    step.scope.run.done.append(step)
-
-
-# --- the durable step protocol ---------------------------------------------------------
 
 
 def _request(run: Run, spec: ToolSpec, step: Step) -> ApprovalRequest:
@@ -308,6 +187,9 @@ def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
         "reason": redact(decision.reason),  # a policy may quote the value it refused
         "ts": now(),
     }
+
+
+# --- the durable step protocol ---------------------------------------------------------
 
 
 def step_protocol(
@@ -621,148 +503,3 @@ def _check_compensation(run: Run, step: Step, made: object) -> InvalidCompensati
             f"compensation of {name!r}: {exc}", saga_id=run.id, step_id=step.id
         )
     return None
-
-
-# --- in-process rollback and settling ----------------------------------------------------
-
-
-def _target(run: Run, step: Step) -> Target:
-    return Target(
-        run.id,
-        step.id,
-        step.spec.name,
-        run.owner_label(),
-        resolver=step.spec.resolver,
-        kwargs=step.kwargs,
-        preimage=step.preimage,
-        idempotency_key=step.idempotency_key,
-        may_still_land=step.interrupted,
-    )
-
-
-def _escalate(run: Run, step: Step | None, reason: str) -> Protocol:
-    yield from run.begin_records()
-    yield from escalate(run.id, step.id if step is not None else None, reason, run.owner_label())
-    if step is not None:
-        step.state = StepState.ESCALATED
-    run.escalations.append(reason)
-
-
-_STATE_OF = {
-    "compensated": StepState.COMPENSATED,
-    "no_effect": StepState.NO_EFFECT,
-    "escalated": StepState.ESCALATED,
-}
-
-
-def _settle(run: Run, step: Step, outcome: str, reason_if_escalated: str | None = None) -> None:
-    step.state = _STATE_OF[outcome]
-    if outcome == "escalated":
-        run.escalations.append(reason_if_escalated or f"step {step.id} escalated")
-
-
-def _undo(
-    run: Run, step: Step, policy: RetryPolicy
-) -> Generator[Command, Any, BaseException | None]:
-    """Undo one step; return the error when the saga could not be restored."""
-    if not step.durable:  # REVERSIBLE: in-process only
-        if step.problem is not None and step.compensation is None:
-            yield from _escalate(run, step, f"cannot undo {step.spec.name!r}: {step.problem}")
-            return InvalidCompensation(step.problem, saga_id=run.id, step_id=step.id)
-        comp = Compensation(fn=step.restore) if step.restore is not None else step.compensation
-        if comp is None:
-            return None  # a REVERSIBLE tool without snapshot or compensation: nothing to undo
-        t = Target(run.id, step.id, step.spec.name, "in-process")
-        error = yield from run_compensation(t, comp, policy, durable=False)
-        if error is None:
-            step.state = StepState.COMPENSATED
-            return None
-        yield from _escalate(
-            run,
-            step,
-            f"restore of REVERSIBLE step {step.spec.name!r} failed: {error_text(error)}",
-        )
-        return error
-    facts = _facts(run, step)
-    result = yield from undo_durable_step(facts, policy)
-    _settle(run, step, result.outcome, result.reason)
-    if isinstance(result.error, OutcomeUnknown) and step.forward_error is not None:
-        return _outcome_unknown(run, step, step.forward_error, facts.committed)
-    return result.error
-
-
-def _outcome_unknown(
-    run: Run, step: Step, forward: BaseException, committed: bool
-) -> OutcomeUnknown:
-    name, kind = step.spec.name, type(forward).__name__
-    what = "an earlier attempt raised" if committed else "it raised"
-    return OutcomeUnknown(
-        f"step {step.id} ({name}): {what} {error_text(forward)}, so it may have taken "
-        "effect; failing closed, it was escalated to a human instead of assumed undone. "
-        f"If {kind} proves that nothing happened, declare "
-        f"@tool(..., no_effect_on=({kind},)); if the service can tell, give the tool a "
-        "resolver=",
-        tool=name,
-        error=error_text(forward),
-        saga_id=run.id,
-        step_id=step.id,
-    )
-
-
-def _facts(run: Run, step: Step) -> StepFacts:
-    return StepFacts(
-        _target(run, step),
-        step.spec.semantics.value,
-        committed=step.state is not StepState.UNKNOWN,
-        compensation=step.compensation,
-        problem=step.problem,
-        unknown_attempts=tuple(step.unknown_attempts),
-        idempotent=step.spec.idempotent,
-    )
-
-
-def rollback_protocol(
-    scope: Scope,
-) -> Generator[Command, Any, list[tuple[int, str, BaseException]]]:
-    """Undo every completed step of ``scope`` (and its nested scopes), newest first.
-
-    A failing compensation does not stop the others. Returns the failures: steps
-    that could not be undone (escalated), except IRREVERSIBLE ones, whose approval
-    already accepted that they cannot be undone (they are escalated for the record).
-    """
-    run = scope.run
-    failures: list[tuple[int, str, BaseException]] = []
-    for step in run.take_for_unwind(scope):
-        error = yield from _undo(run, step, run.compensation_retry)
-        if error is not None:
-            failures.append((step.id, step.spec.name, error))
-    if scope.parent is None:
-        yield from run.end_records("escalated" if run.escalations else "rolled_back")
-    return failures
-
-
-def settle_protocol(scope: Scope) -> Generator[Command, Any, None]:
-    """Commit the saga: settle steps left UNKNOWN, then write ``saga_end``."""
-    run = scope.run
-    for step in list(reversed(run.done)):
-        if step.state is StepState.UNKNOWN and step.durable:
-            run.done.remove(step)
-            outcome, _ = yield from resolve_unknown(_target(run, step), run.compensation_retry)
-            _settle(run, step, outcome, f"step {step.id} ({step.spec.name}) outcome unknown")
-        elif step.unknown_attempts and step.durable and not step.spec.idempotent:
-            yield from _escalate(run, step, duplicate_risk(step.spec.name, step.unknown_attempts))
-    yield from run.end_records(commit_outcome(run))
-
-
-def nothing_to_settle(scope: Scope) -> bool:
-    """Whether committing the saga is only its ``saga_end`` (no step left to settle).
-
-    Then :func:`settle_protocol` would do nothing but write ``saga_end`` with
-    :func:`commit_outcome`; the async driver writes it directly.
-    """
-    return not any(step.durable and step.unknown_attempts for step in scope.run.done)
-
-
-def commit_outcome(run: Run) -> str:
-    """The ``saga_end`` outcome of a saga that commits: ``escalated`` if any step was."""
-    return "escalated" if run.escalations else "committed"

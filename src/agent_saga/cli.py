@@ -37,23 +37,24 @@ archive), ``wal encrypt`` (which rewrites the log it was given) and the deciding
 commands (``resolve``, ``retry``, ``approve``, ``deny``), which append one record.
 Values are printed exactly as they were recorded: the log holds credential
 *references*, never credentials, so nothing here needs to redact.
+
+The parser and the dispatch are here; each command group's implementation has its
+own module: ``_cli_runs`` (``runs``), ``_cli_wal`` (``wal``, ``db``), ``_cli_queues``
+(``escalations``, ``approvals``); what they share is in ``_cli_common``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import TextIO
 
-from . import _config
+from ._cli_queues import cmd_approvals, cmd_escalations
+from ._cli_runs import RUN_STATUSES, cmd_runs
 from ._cli_support import (
     EXIT_BUG,
-    EXIT_DAMAGE,
     EXIT_OK,
     EXIT_USAGE,
     bug_line,
@@ -62,33 +63,10 @@ from ._cli_support import (
     non_negative_seconds,
     version_line,
 )
-from .errors import SagaError, SagaUsageError
-from .recovery.liveness import Liveness
-from .wal.records import TERMINAL_OUTCOMES
-from .wal.store import FileStore, LogStore, open_store
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from .wal.reader import Damage
-    from .wal.state import ApprovalView, SagaView, StepView
+from ._cli_wal import cmd_compact, cmd_db_migrate, cmd_encrypt, cmd_verify
+from .errors import SagaError
 
 __all__ = ["RUN_STATUSES", "build_parser", "main"]
-
-RUN_STATUSES: tuple[str, ...] = (
-    "running",
-    "rolling_back",
-    "recovering",
-    "orphaned",
-    *sorted(TERMINAL_OUTCOMES),
-)
-"""What ``runs --status`` accepts: the statuses ``SagaFold`` gives live sagas, the
-terminal outcomes, and ``orphaned`` (no live owner, no daemon: the next
-``saga-recoveryd`` pass takes it over)."""
-
-
-def _ts(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value)) + "Z"
 
 
 _WAL_HELP = "the WAL file (default: $AGENT_SAGA_WAL_PATH or ./agent-saga.wal)"
@@ -96,459 +74,6 @@ _WAL_HELP = "the WAL file (default: $AGENT_SAGA_WAL_PATH or ./agent-saga.wal)"
 
 def _add_wal_path(p: argparse.ArgumentParser, dest: str = "wal_path") -> None:
     p.add_argument("--wal-path", dest=dest, default=None, metavar="PATH", help=_WAL_HELP)
-
-
-def _wal_path(args: argparse.Namespace) -> LogStore:
-    """The log to read: ``--wal-path`` (before or after the action), else the default.
-
-    Raises:
-        SagaUsageError: two different ``--wal-path`` values, or a path that is not
-            an existing, readable WAL file (``no WAL at PATH``).
-    """
-    outer: str | None = args.wal_path
-    inner: str | None = getattr(args, "action_wal_path", None)
-    if outer is not None and inner is not None and outer != inner:
-        raise SagaUsageError(f"two different --wal-path values: {outer} and {inner}; give one")
-    chosen = inner if inner is not None else outer
-    store = open_store(str(_config.default_wal_path() if chosen is None else chosen))
-    store.check(must_exist=True)
-    return store
-
-
-def _report_damage(damages: Sequence[Damage], err: TextIO, what: str) -> int:
-    """Warn about damage on stderr; return the exit code (1 when damaged)."""
-    if not damages:
-        return EXIT_OK
-    first = damages[0]
-    err.write(
-        f"agent-saga: warning: the WAL has {len(damages)} damaged region(s) "
-        f"(first at offset {first.offset}, {first.kind}); {what} may be incomplete; "
-        "run `agent-saga wal verify`\n"
-    )
-    return EXIT_DAMAGE
-
-
-# ---- runs ---------------------------------------------------------------------------
-
-
-def _step_json(s: StepView) -> dict[str, Any]:
-    return {
-        "step": s.step,
-        "tool": s.tool,
-        "semantics": s.semantics,
-        "state": s.state,
-        "attempts": s.attempts,
-        "kwargs": s.kwargs,
-        "idempotency_key": s.idempotency_key,
-        "resolver": s.resolver,
-        "preimage": s.preimage,
-        "handler": s.handler,
-        "compensation_kwargs": s.compensation_kwargs,
-        "token": s.token,
-        "order": s.order,
-        "error": s.error,
-        "escalation": s.escalation,
-    }
-
-
-def _saga_json(v: SagaView, live: Liveness) -> dict[str, Any]:
-    claim = v.claim
-    return {
-        "saga": v.saga_id,
-        "name": v.name,
-        "owner": v.owner,
-        "status": live.status,
-        "logged_status": v.status,
-        "owner_silent": live.owner_silent,
-        "lease_state": live.lease_state,
-        "lease_expires": live.lease_expires,
-        "lease_renewed": live.lease_renewed,
-        "orphaned_in": None if live.orphaned_in is None else round(live.orphaned_in, 3),
-        "started": v.started,
-        "ended": v.ended,
-        "outcome": v.outcome,
-        "claim": None
-        if claim is None
-        else {"by": claim.by, "fence": claim.fence, "expires": claim.expires},
-        "escalations": list(v.escalations),
-        "steps": [_step_json(s) for s in sorted(v.steps.values(), key=lambda s: s.step)],
-    }
-
-
-def _steps_summary(v: SagaView) -> str:
-    counts: dict[str, int] = {}
-    for s in v.steps.values():
-        counts[s.state] = counts.get(s.state, 0) + 1
-    if not counts:
-        return "0"
-    detail = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-    return f"{len(v.steps)} ({detail})"
-
-
-def _table(rows: list[list[str]], out: TextIO) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        out.write("\n")
-
-
-TABLE_BLOCK = 1000
-"""Rows a streamed table measures its column widths on before printing them."""
-
-
-class _StreamedTable:
-    """A table printed as it comes: blocks of :data:`TABLE_BLOCK` rows, aligned.
-
-    Column widths are those of the header and the first block, and only ever grow:
-    a later block with a wider cell widens its column from that block on. A listing
-    of up to one block is laid out exactly as if it had been measured whole.
-    """
-
-    def __init__(self, header: list[str], out: TextIO) -> None:
-        self._out = out
-        self._rows = [header]
-        self._widths = [0] * len(header)
-        self.rows = 0  # rows added, the header not counted
-
-    def add(self, row: list[str]) -> None:
-        self._rows.append(row)
-        self.rows += 1
-        if len(self._rows) >= TABLE_BLOCK:
-            self.flush()
-
-    def flush(self) -> None:
-        rows, self._rows = self._rows, []
-        if not rows:
-            return
-        for i in range(len(self._widths)):
-            self._widths[i] = max(self._widths[i], *(len(row[i]) for row in rows))
-        for row in rows:
-            line = "  ".join(c.ljust(w) for c, w in zip(row, self._widths, strict=True))
-            self._out.write(line.rstrip() + "\n")
-
-
-class _JsonArray:
-    """A JSON array written one element at a time, byte for byte what ``json.dump``
-    of the whole list with ``indent=2`` prints."""
-
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
-        self.count = 0
-
-    def add(self, item: Any) -> None:
-        text = json.dumps(item, indent=2, default=str)
-        self._out.write("[\n  " if self.count == 0 else ",\n  ")
-        self._out.write(text.replace("\n", "\n  "))  # JSON strings hold no raw newline
-        self.count += 1
-
-    def close(self) -> None:
-        self._out.write("[]\n" if self.count == 0 else "\n]\n")
-
-
-def _judge(views: Iterable[SagaView], wal: LogStore) -> Iterator[tuple[SagaView, Liveness]]:
-    """Pair each saga with the daemon's view of it (leases read once per owner)."""
-    from .recovery.liveness import liveness
-    from .wal.lease import LeaseInfo
-
-    table = wal.leases()
-    leases: dict[str, LeaseInfo | None] = {}
-    now = wal.now()
-    for v in views:
-        lease = None
-        if v.owner and not v.terminal:
-            if v.owner not in leases:
-                leases[v.owner] = table.get(v.owner)
-            lease = leases[v.owner]
-        yield v, liveness(v, lease, now)
-
-
-def _start_key(v: SagaView) -> tuple[bool, float, str]:
-    return (v.started is None, v.started or 0.0, v.saga_id)
-
-
-class _RunsPrinter:
-    """Prints each saga of ``runs`` as soon as it is final, keeping nothing of it."""
-
-    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
-        self._status: str | None = args.status
-        self._json = _JsonArray(out) if args.json else None
-        self._table = (
-            None
-            if args.json
-            else _StreamedTable(["SAGA", "NAME", "STATUS", "STEPS", "STARTED", "OUTCOME"], out)
-        )
-        self._out = out
-
-    def settled(self, v: SagaView) -> None:
-        """``SagaFold(on_settled=...)``: a terminal saga nothing can change any more."""
-        from .recovery.liveness import liveness
-
-        self.print(v, liveness(v, None, 0.0))  # terminal: no lease, no clock
-
-    def print(self, v: SagaView, live: Liveness) -> None:
-        if self._status is not None and live.status != self._status:
-            return
-        if self._json is not None:
-            self._json.add(_saga_json(v, live))
-            return
-        assert self._table is not None
-        self._table.add(
-            [
-                v.saga_id,
-                v.name or "-",
-                live.describe(),
-                _steps_summary(v),
-                _ts(v.started),
-                v.outcome or "-",
-            ]
-        )
-
-    def close(self) -> None:
-        if self._json is not None:
-            self._json.close()
-            return
-        assert self._table is not None
-        if self._table.rows == 0:
-            self._out.write("no sagas\n")
-            return
-        self._table.flush()
-
-
-def _cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.state import SagaFold
-
-    wal = _wal_path(args)
-    printer = _RunsPrinter(args, out)
-    # Bounded and streaming: a saga is printed (and forgotten) as soon as it is final;
-    # only live sagas and ended ones with an open escalation are held to the end.
-    fold = SagaFold(forget_terminal=True, remember_ended=False, on_settled=printer.settled)
-    fold.feed(wal.scan())
-    for v, live in _judge(sorted(fold.sagas(), key=_start_key), wal):
-        printer.print(v, live)
-    printer.close()
-    code = _report_damage(fold.damages, err, "the list of sagas")
-    if fold.late_records:
-        offset, saga_id, rtype = fold.late_examples[0]
-        err.write(
-            f"agent-saga: note: {fold.late_records} record(s) came after the end of sagas "
-            f"already listed (first: {rtype} of saga {saga_id} at offset {offset}); "
-            "`agent-saga escalations` lists any escalation among them\n"
-        )
-    return code
-
-
-# ---- wal verify / compact -----------------------------------------------------------
-
-
-def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    report = _wal_path(args).verify()
-    if args.json:
-        json.dump(
-            {
-                "path": report.path,
-                "size": report.size,
-                "records": report.records,
-                "by_type": report.by_type,
-                "damages": [asdict(d) for d in report.damages],
-                "repairs": report.repairs,
-                "encrypted": report.encrypted,
-                "ok": report.ok,
-            },
-            out,
-            indent=2,
-        )
-        out.write("\n")
-    else:
-        out.write(f"{report.path}: {report.records} records, {report.size} bytes\n")
-        for r in report.repairs:
-            out.write(
-                f"repaired a torn tail at offset {r['offset']}: {r['length']} bytes cut after "
-                f"a crash mid-write (saved as {r.get('saved')}); not damage\n"
-            )
-        for d in report.damages:
-            out.write(f"damage at offset {d.offset}: {d.length} bytes, {d.kind} ({d.detail})\n")
-        out.write("ok\n" if report.ok else f"{len(report.damages)} damaged region(s)\n")
-    return EXIT_OK if report.ok else EXIT_DAMAGE
-
-
-def _cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    archive: bool | str = False if args.no_archive else args.archive
-    store = _wal_path(args)
-    layout: dict[str, int] = {}
-    if args.log_format is not None:
-        if not isinstance(store, FileStore):
-            raise SagaUsageError(
-                f"--format picks a WAL file's layout; {store.display} is a {store.kind} log"
-            )
-        layout["log_format"] = args.log_format
-    report = store.compact(
-        archive=archive, retain_seconds=args.retain_seconds, force=args.force, **layout
-    )
-    if args.json:
-        data = asdict(report)
-        json.dump(data, out, indent=2, default=str)
-        out.write("\n")
-        return EXIT_OK
-    out.write(
-        f"{report.path}: kept {report.records_kept} records of {report.sagas_kept} sagas "
-        f"({report.tail_records} appended meanwhile), dropped {report.records_dropped} "
-        f"records of {report.sagas_dropped} sagas; {report.bytes_before} -> "
-        f"{report.bytes_after} bytes\n"
-    )
-    if report.archive is not None and report.records_dropped:
-        out.write(f"archived dropped records to {report.archive}\n")
-    for d in report.damages:
-        out.write(f"removed damage at offset {d.offset}: {d.length} bytes, {d.kind}\n")
-    for q in report.quarantined:
-        out.write(f"damaged bytes saved to {q}\n")
-    return EXIT_OK
-
-
-def _cmd_encrypt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .wal.encryption import encryptor_from_env
-    from .wal.migrate import encrypt_log
-
-    encryptor = encryptor_from_env()
-    if encryptor is None:
-        raise SagaUsageError(
-            "set AGENT_SAGA_WAL_KEY to the key to encrypt the log with (base64 of 32 bytes)"
-        )
-    store = _wal_path(args)
-    if not isinstance(store, FileStore):
-        raise SagaUsageError(
-            f"wal encrypt rewrites a WAL file; {store.display} is a {store.kind} log "
-            "(set the key before its first record instead)"
-        )
-    report = encrypt_log(store.path, encryptor)
-    if report.already:
-        out.write(f"{report.path}: already encrypted with this key")
-    else:
-        out.write(
-            f"{report.path}: sealed {report.records} records "
-            f"({report.bytes_before} -> {report.bytes_after} bytes)"
-        )
-    out.write(f"; {report.snapshots} snapshot(s) re-stored sealed\n")
-    return EXIT_OK
-
-
-# ---- db migrate ---------------------------------------------------------------------
-
-
-def _cmd_db_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    location = str(args.wal_path or _config.default_wal_path())
-    store = open_store(location)
-    migrate: Callable[[], Any] | None = getattr(store, "migrate", None)
-    if migrate is None:
-        raise SagaUsageError(
-            f"db migrate sets up a database log; {store.display} is a {store.kind} log, "
-            "which needs no schema (give --wal-path postgresql://...)"
-        )
-    report = migrate()
-    if report.changed:
-        out.write(
-            f"{report.location}: schema {report.schema} migrated from version "
-            f"{report.before} to {report.after}\n"
-        )
-    else:
-        out.write(
-            f"{report.location}: schema {report.schema} is up to date (version {report.after})\n"
-        )
-    return EXIT_OK
-
-
-# ---- escalations -------------------------------------------------------------------
-
-
-def _cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .recovery.escalations import fold_escalations, request_retry, resolve_escalation
-
-    if getattr(args, "esc_command", None) == "resolve":
-        found = resolve_escalation(_wal_path(args), args.id, note=args.note, by=args.by)
-        out.write(f"resolved {found.escalation} (saga {found.saga_id}, step {found.step})\n")
-        return EXIT_OK
-    if getattr(args, "esc_command", None) == "retry":
-        found = request_retry(_wal_path(args), args.id, note=args.note, by=args.by)
-        out.write(
-            f"retry of {found.escalation} requested (saga {found.saga_id}, step {found.step}); "
-            "the next `saga-recoveryd --once` (with the --import your handlers need) "
-            "retries it with the same recovery token\n"
-        )
-        return EXIT_OK
-    # The queue's records only; an escalation is kept while open (--all: all of them).
-    fold = fold_escalations(_wal_path(args), include_resolved=args.all)
-    items = fold.escalations() if args.all else fold.open_escalations()
-    code = _report_damage(fold.damages, err, "the human queue above")
-    if args.json:
-        json.dump([asdict(e) for e in items], out, indent=2, default=str)
-        out.write("\n")
-        return code
-    if not items:
-        out.write("no open escalations\n" if not args.all else "no escalations\n")
-        return code
-    rows = [["ESCALATION", "SAGA", "STEP", "RAISED", "STATE", "REASON"]]
-    for e in items:
-        state = f"resolved by {e.resolved_by}" if e.resolved else "open"
-        step = "-" if e.step is None else str(e.step)
-        rows.append([e.escalation, e.saga_id, step, _ts(e.ts), state, e.reason])
-    _table(rows, out)
-    return code
-
-
-# ---- approvals ---------------------------------------------------------------------
-
-
-def _approval_state(a: ApprovalView, now: float) -> str:
-    if a.decided:
-        return f"{a.decision} by {a.decided_by}"
-    if a.saga_ended:
-        return "saga ended"
-    return "expired" if a.expired(now) else "open"
-
-
-def _cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .approvals import decide_approval, fold_approvals
-
-    action = getattr(args, "apr_command", None)
-    if action in ("approve", "deny"):
-        a = decide_approval(
-            _wal_path(args), args.id, approve=action == "approve", note=args.note, by=args.by
-        )
-        out.write(
-            f"{a.decision} {a.request} (saga {a.saga_id}, step {a.step}, tool {a.tool}) "
-            f"by {a.decided_by}\n"
-        )
-        return EXIT_OK
-    # The queue's records and saga begin/end only; a request is kept while its saga
-    # has not ended (--all: every request, what it prints).
-    fold = fold_approvals(_wal_path(args), include_closed=args.all)
-    now = time.time()
-    items = fold.approvals() if args.all else fold.open_approvals(now=now)
-    code = _report_damage(fold.damages, err, "the approval queue above")
-    if args.json:
-        data = [{**asdict(a), "state": _approval_state(a, now)} for a in items]
-        json.dump(data, out, indent=2, default=str)
-        out.write("\n")
-        return code
-    if not items:
-        out.write("no open approval requests\n" if not args.all else "no approval requests\n")
-        return code
-    rows = [["REQUEST", "SAGA", "STEP", "TOOL", "KWARGS", "REQUESTED", "EXPIRES", "STATE"]]
-    for a in items:
-        kwargs = json.dumps(a.kwargs, sort_keys=True, separators=(",", ":"), default=str)
-        rows.append(
-            [
-                a.request,
-                a.saga_id,
-                str(a.step),
-                a.tool,
-                kwargs,
-                _ts(a.ts),
-                _ts(a.expires),
-                _approval_state(a, now),
-            ]
-        )
-    _table(rows, out)
-    return code
 
 
 # ---- parser -------------------------------------------------------------------------
@@ -611,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"only sagas with this status: {', '.join(RUN_STATUSES)}",
     )
     runs.add_argument("--json", action="store_true", help="print one JSON document")
-    runs.set_defaults(handler=_cmd_runs)
+    runs.set_defaults(handler=cmd_runs)
 
     wal = sub.add_parser("wal", help="verify or compact a WAL")
     wal_sub = wal.add_subparsers(dest="wal_command", required=True, metavar="ACTION")
@@ -619,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = wal_sub.add_parser("verify", help="count records and report damage (exit 1)")
     _add_wal_path(verify)
     verify.add_argument("--json", action="store_true", help="print one JSON document")
-    verify.set_defaults(handler=_cmd_verify)
+    verify.set_defaults(handler=cmd_verify)
 
     compact = wal_sub.add_parser("compact", help="drop sagas that ended long enough ago")
     _add_wal_path(compact)
@@ -655,13 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
         "default for new logs; docs/log-format.md §11); default: keep its layout",
     )
     compact.add_argument("--json", action="store_true", help="print the report as JSON")
-    compact.set_defaults(handler=_cmd_compact)
+    compact.set_defaults(handler=cmd_compact)
 
     encrypt = wal_sub.add_parser(
         "encrypt", help="encrypt a plaintext log and its snapshots in place (AGENT_SAGA_WAL_KEY)"
     )
     _add_wal_path(encrypt)
-    encrypt.set_defaults(handler=_cmd_encrypt)
+    encrypt.set_defaults(handler=cmd_encrypt)
 
     db = sub.add_parser("db", help="manage a database log (postgresql:// WAL locations)")
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -678,13 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the postgresql:// log (default: $AGENT_SAGA_WAL_PATH)",
     )
-    migrate.set_defaults(handler=_cmd_db_migrate)
+    migrate.set_defaults(handler=cmd_db_migrate)
 
     esc = sub.add_parser("escalations", help="list the human queue, or resolve an item")
     _add_wal_path(esc)
     esc.add_argument("--all", action="store_true", help="include resolved escalations")
     esc.add_argument("--json", action="store_true", help="print one JSON document")
-    esc.set_defaults(handler=_cmd_escalations)
+    esc.set_defaults(handler=cmd_escalations)
     esc_sub = esc.add_subparsers(dest="esc_command", metavar="ACTION")
     resolve = esc_sub.add_parser(
         "resolve",
@@ -709,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_wal_path(apr)
     apr.add_argument("--all", action="store_true", help="include decided and expired requests")
     apr.add_argument("--json", action="store_true", help="print one JSON document")
-    apr.set_defaults(handler=_cmd_approvals)
+    apr.set_defaults(handler=cmd_approvals)
     apr_sub = apr.add_subparsers(dest="apr_command", metavar="ACTION")
     for action, verb in (("approve", "let the step run"), ("deny", "refuse the step")):
         decide = apr_sub.add_parser(

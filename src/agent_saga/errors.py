@@ -6,7 +6,8 @@
     ├── SagaUsageError              the library was called wrongly; fix the calling code
     │   ├── NoActiveSaga            a tool was called outside any ``saga``
     │   ├── HandlerNotRegistered    a compensation names a handler nobody registered
-    │   └── InvalidCompensation     a factory raised or returned something else
+    │   ├── InvalidCompensation     a factory raised or returned something else
+    │   └── MissingExtra            an optional package is not installed; install the extra
     ├── GateRefused                 the pre-flight gate said no; nothing happened
     │   └── SecretInKwargs          ...because a value looks like a credential
     ├── CompensationFailed          rollback could not undo everything; a human must look
@@ -36,6 +37,7 @@ __all__ = [
     "HandlerNotRegistered",
     "InvalidCompensation",
     "LeaseLost",
+    "MissingExtra",
     "NoActiveSaga",
     "OutcomeUnknown",
     "RecoveryError",
@@ -90,6 +92,23 @@ class HandlerNotRegistered(SagaUsageError):
 
 class InvalidCompensation(SagaUsageError):
     """A compensation factory raised, or returned something that is not a ``Compensation``."""
+
+
+class MissingExtra(SagaUsageError):
+    """An optional package is not installed; the message names the extra to install.
+
+    Raised by connectors, adapters, network locks and the PostgreSQL log when their
+    package cannot be imported (``pip install 'sagaops-agent-saga[EXTRA]'``).
+
+    Attributes:
+        extra: The extra to install (``pip install 'sagaops-agent-saga[EXTRA]'``).
+        package: The missing import.
+    """
+
+    def __init__(self, message: str, *, extra: str, package: str) -> None:
+        super().__init__(message)
+        self.extra = extra
+        self.package = package
 
 
 class GateRefused(SagaError):

@@ -219,7 +219,7 @@ def test_agent_saga_unexpected_exception_is_one_line_exit_70(tmp_path: Path) -> 
         "import sys, agent_saga.cli as cli\n"
         "def boom(args, out, err):\n"
         f"    raise RuntimeError('state went wrong near {SECRET}')\n"
-        "cli._cmd_runs = boom  # a fault no input can cause: the last-resort handler\n"
+        "cli.cmd_runs = boom  # a fault no input can cause: the last-resort handler\n"
         "sys.exit(cli.main(['runs', '--wal-path', 'x.wal']))\n"
     )
     proc = run(sys.executable, "-c", code, cwd=tmp_path)

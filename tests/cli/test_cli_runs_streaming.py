@@ -19,22 +19,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from varied_wal import build, expected, write
 
-from agent_saga import cli
+from agent_saga import _cli_runs
 from agent_saga.cli import main
 from agent_saga.wal.state import SagaFold, fold_file
 from agent_saga.wal.store import open_store
 
-STATUSES = [None, *cli.RUN_STATUSES]
+STATUSES = [None, *_cli_runs.RUN_STATUSES]
 
 
 def old_runs(wal: Path, status: str | None) -> list[dict[str, Any]]:
     """What `runs --json` printed before it streamed (the whole log, then sort)."""
     fold, _ = fold_file(wal)
     views = sorted(fold.sagas(), key=lambda v: (v.started is None, v.started or 0.0, v.saga_id))
-    judged = list(cli._judge(views, open_store(wal)))
+    judged = list(_cli_runs._judge(views, open_store(wal)))
     if status:
         judged = [(v, live) for v, live in judged if live.status == status]
-    return [cli._saga_json(v, live) for v, live in judged]
+    return [_cli_runs._saga_json(v, live) for v, live in judged]
 
 
 def streamed(wal: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
@@ -127,7 +127,7 @@ def test_streamed_table_has_the_same_rows_as_the_whole_log_fold(
         view = fold.get(sid)
         assert view is not None
         if sid not in model.late:
-            assert cli._steps_summary(view) in line
+            assert _cli_runs._steps_summary(view) in line
 
 
 def test_a_retried_step_is_printed_as_compensated_not_as_escalated(

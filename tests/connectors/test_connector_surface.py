@@ -16,6 +16,7 @@ from agent_saga._registry import is_registered
 MODULES = [
     "agent_saga.connectors",
     "agent_saga.connectors._common",
+    "agent_saga.connectors._pg_handlers",
     "agent_saga.connectors._pg_io",
     "agent_saga.connectors._pg_sql",
     "agent_saga.connectors._pg_undo",

@@ -102,7 +102,7 @@ def test_the_straight_path_writes_what_the_generator_protocol_writes(
         straight_calls.append("x")
         return await real(*args)
 
-    monkeypatch.setattr("agent_saga._decorators.straight_step_async", counting)
+    monkeypatch.setattr("agent_saga._tool_decorator.straight_step_async", counting)
     undone.clear()
     straight_error = asyncio.run(_run(tmp_path / "straight.wal", cards))
     straight_undone = list(undone)

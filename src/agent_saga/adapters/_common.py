@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
-from .._decorators import saga, tool
 from .._runtime import current_saga
+from .._saga_context import saga
+from .._tool_decorator import tool
 from .._types import ActionSemantics
 from .._undo import jsonable
-from ..connectors import MissingExtra  # one error for every missing extra
-from ..errors import GateRefused, NoActiveSaga, SagaUsageError
+from ..errors import GateRefused, MissingExtra, NoActiveSaga, SagaUsageError
 from ..gate import ApprovalRequest
 
 __all__ = [

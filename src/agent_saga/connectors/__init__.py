@@ -18,6 +18,12 @@ Credentials reach connectors by reference only::
 
 from __future__ import annotations
 
+from .._credentials import (
+    CredentialResolver,
+    get_credential_resolver,
+    resolve_credential,
+    set_credential_resolver,
+)
 from ..secrets import CredentialRef
 from ._common import (
     InvalidTarget,
@@ -27,12 +33,6 @@ from ._common import (
     ServiceOutcomeUnknown,
     ServiceRejected,
     TargetChanged,
-)
-from ._credentials import (
-    CredentialResolver,
-    get_credential_resolver,
-    resolve_credential,
-    set_credential_resolver,
 )
 
 __all__ = [

@@ -1,6 +1,8 @@
 """What every service connector shares: the error branch, lazy extras, input checks.
 
-Errors the connectors add to the tree (all re-exported by ``agent_saga.connectors``)::
+Errors the connectors add to the tree (all re-exported by ``agent_saga.connectors``,
+with ``MissingExtra``, which the core defines because adapters, locks and the
+PostgreSQL log raise it too)::
 
     SagaError
     ├── SagaUsageError
@@ -26,7 +28,13 @@ from types import ModuleType
 from typing import Any
 
 from .._runtime import Scope, current_saga
-from ..errors import ConcurrentWriteDetected, NoActiveSaga, SagaError, SagaUsageError
+from ..errors import (
+    ConcurrentWriteDetected,
+    MissingExtra,
+    NoActiveSaga,
+    SagaError,
+    SagaUsageError,
+)
 from ..secrets import CredentialRef, redact
 
 __all__ = [
@@ -46,20 +54,6 @@ __all__ = [
 ]
 
 DISTRIBUTION = "sagaops-agent-saga"
-
-
-class MissingExtra(SagaUsageError):
-    """A connector's optional package is not installed; the message names the extra.
-
-    Attributes:
-        extra: The extra to install (``pip install 'sagaops-agent-saga[EXTRA]'``).
-        package: The missing import.
-    """
-
-    def __init__(self, message: str, *, extra: str, package: str) -> None:
-        super().__init__(message)
-        self.extra = extra
-        self.package = package
 
 
 class InvalidTarget(SagaUsageError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._credentials import resolve_credential
 from ..errors import SagaUsageError
 from ..secrets import CredentialRef
 from . import _pg_sql as Q
@@ -19,7 +20,6 @@ from ._common import (
     require_extra,
     safe_text,
 )
-from ._credentials import resolve_credential
 
 __all__ = ["Database", "psycopg_module", "run", "run_async", "translate"]
 

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .. import SagaUsageError
+from .._credentials import resolve_credential
 from ..secrets import CredentialRef
 from ._common import (
     InvalidTarget,
@@ -25,7 +26,6 @@ from ._common import (
     require_extra,
     safe_text,
 )
-from ._credentials import resolve_credential
 
 __all__ = [
     "Org",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import SagaUsageError, _config
+from .._credentials import resolve_credential
 from ..secrets import CredentialRef
 from ._common import (
     PaymentDeclined,
@@ -22,7 +23,6 @@ from ._common import (
     require_extra,
     safe_text,
 )
-from ._credentials import resolve_credential
 
 __all__ = ["Protocol", "Request", "configure", "load_sdk", "run", "run_async", "translate"]
 

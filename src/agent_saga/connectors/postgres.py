@@ -50,6 +50,9 @@ resolver turns into the whole connection string — then the log names neither h
 user. ``password=CredentialRef(...)`` is the third way. Every connection runs with fixed
 ``DateStyle``/``TimeZone``/``extra_float_digits`` so text forms agree between the agent
 and the recovery daemon.
+
+The handlers (``postgres.restore``, ``postgres.resolve``) are in ``_pg_handlers``;
+importing this module registers them.
 """
 
 from __future__ import annotations
@@ -61,22 +64,26 @@ from typing import Any
 from .. import (
     ActionSemantics,
     Compensation,
-    Resolution,
     SagaUsageError,
     register_handler,
     tool,
 )
 from ..secrets import CredentialRef
 from . import _pg_sql as Q
-from . import _pg_undo as U
 from ._common import (
-    InvalidTarget,
-    ServiceOutcomeUnknown,
     ServiceRejected,
     TargetChanged,
     check_json,
     check_ref,
     require_saga,
+)
+from ._pg_handlers import (
+    RESOLVER,
+    RESTORE_HANDLER,
+    compensation_kwargs,
+    resolve,
+    restore,
+    restore_async,
 )
 from ._pg_io import Database, psycopg_module, run, run_async
 
@@ -96,130 +103,6 @@ __all__ = [
     "upsert_row_async",
 ]
 
-RESTORE_HANDLER = "postgres.restore"
-RESOLVER = "postgres.resolve"
-
-# ---- compensation handlers and the resolver -------------------------------------------
-
-
-def restore(
-    *,
-    op: str,
-    database: Database,
-    schema: str,
-    table: str,
-    key: Mapping[str, str] | None,
-    before: Mapping[str, str | None] | None = None,
-    after: Mapping[str, str | None] | None = None,
-    password: CredentialRef | None = None,
-    idempotency_key: str | None = None,
-) -> str:
-    """Undo one row change, only if the row is still what the step left (``postgres.restore``).
-
-    Idempotent: a row already in its pre-step state is left alone, so a second run (a
-    daemon after a crash, two daemons) has the effect of one.
-
-    Args:
-        op: ``"update"``, ``"insert"`` or ``"delete"``.
-        database: Connection string or CredentialRef (as the step recorded it).
-        schema: The table's schema.
-        table: The table.
-        key: Primary key text forms.
-        before: The pre-image (update, delete).
-        after: The post-image (update, insert).
-        password: Optional CredentialRef for the password.
-        idempotency_key: The recovery token (unused: the row's state is the guard).
-
-    Returns:
-        ``"restored"``, or ``"already"`` when there was nothing left to do.
-
-    Raises:
-        TargetChanged: a concurrent writer changed the row; it is not overwritten.
-        ServiceRejected: PostgreSQL refused the statement.
-        ServiceOutcomeUnknown: the connection failed during the statement.
-    """
-    result: str = run(database, password, U.restore_protocol(op, schema, table, key, before, after))
-    return result
-
-
-async def restore_async(
-    *,
-    op: str,
-    database: Database,
-    schema: str,
-    table: str,
-    key: Mapping[str, str] | None,
-    before: Mapping[str, str | None] | None = None,
-    after: Mapping[str, str | None] | None = None,
-    password: CredentialRef | None = None,
-    idempotency_key: str | None = None,
-) -> str:
-    """:func:`restore` without blocking the event loop (used by async sagas in-process).
-
-    Args:
-        op: See :func:`restore`.
-        database: See :func:`restore`.
-        schema: See :func:`restore`.
-        table: See :func:`restore`.
-        key: See :func:`restore`.
-        before: See :func:`restore`.
-        after: See :func:`restore`.
-        password: See :func:`restore`.
-        idempotency_key: See :func:`restore`.
-
-    Returns:
-        ``"restored"`` or ``"already"``.
-
-    Raises:
-        TargetChanged: as for :func:`restore`.
-    """
-    result: str = await run_async(
-        database, password, U.restore_protocol(op, schema, table, key, before, after)
-    )
-    return result
-
-
-def resolve(
-    *, tool: str = "", kwargs: Any = None, preimage: Any = None, idempotency_key: str = ""
-) -> Resolution:
-    """Tell from the row whether a write of unknown outcome landed (``postgres.resolve``).
-
-    Args:
-        tool: ``postgres.update`` / ``postgres.insert`` / ``postgres.delete``.
-        kwargs: The step's recorded kwargs (key, before, after, connection).
-        preimage: Unused (the pre-image is ``kwargs["before"]``).
-        idempotency_key: Unused.
-
-    Returns:
-        ``landed`` with a ``postgres.restore`` compensation when the row holds what the
-        step wrote, ``no_effect`` when it is as before, ``undecided`` otherwise.
-    """
-    op = tool.rpartition(".")[2]
-    if not isinstance(kwargs, Mapping) or op not in ("update", "insert", "delete"):
-        return Resolution.undecided(f"not a postgres step I know: {tool!r}")
-    try:
-        verdict, why = run(
-            kwargs["database"],
-            kwargs.get("password"),
-            U.resolve_protocol(
-                op,
-                kwargs["schema"],
-                kwargs["table"],
-                kwargs.get("key"),
-                kwargs.get("before"),
-                kwargs.get("after"),
-            ),
-        )
-    except (ServiceRejected, ServiceOutcomeUnknown, InvalidTarget) as exc:
-        return Resolution.undecided(f"cannot read the row: {exc}")
-    if verdict == "no_effect":
-        return Resolution.no_effect(why)
-    if verdict == "landed":
-        comp = Compensation(handler=RESTORE_HANDLER, kwargs=_comp(op, kwargs))
-        return Resolution.landed(comp, why)
-    return Resolution.undecided(why)
-
-
 register_handler(RESTORE_HANDLER, restore)
 register_handler(RESOLVER, resolve)
 
@@ -227,23 +110,9 @@ register_handler(RESOLVER, resolve)
 # ---- the tools -------------------------------------------------------------------------
 
 
-def _comp(op: str, r: Mapping[str, Any]) -> dict[str, Any]:
-    out = {
-        "op": op,
-        "database": r["database"],
-        "schema": r["schema"],
-        "table": r["table"],
-        "key": r.get("key"),
-    }
-    for name in ("before", "after", "password"):
-        if r.get(name) is not None:
-            out[name] = r[name]
-    return out
-
-
 def _factory(op: str, fn: Any) -> Any:
     def compensate(result: Mapping[str, Any]) -> Compensation:
-        return Compensation(fn=fn, handler=RESTORE_HANDLER, kwargs=_comp(op, result))
+        return Compensation(fn=fn, handler=RESTORE_HANDLER, kwargs=compensation_kwargs(op, result))
 
     return compensate
 

@@ -60,6 +60,7 @@ from .. import (
     register_handler,
     tool,
 )
+from .._credentials import resolve_credential
 from ..secrets import CredentialRef
 from ._common import (
     PaymentDeclined,
@@ -69,7 +70,6 @@ from ._common import (
     check_ref,
     require_saga,
 )
-from ._credentials import resolve_credential
 from ._stripe_io import Protocol, Request, configure, load_sdk, run, run_async
 
 __all__ = [

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..connectors import resolve_credential
+from .._credentials import resolve_credential
 from ..errors import SagaUsageError
 from . import _jsonrpc as J
 from ._bounds import read_line

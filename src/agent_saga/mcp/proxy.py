@@ -28,6 +28,10 @@ flight are held back until the rollback is finished: a client that has all its
 answers closes the session, and MCP clients stop a server that does not exit soon
 after (the SDK's ``stdio_client``: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL), which
 would cut short a rollback that has to start fresh servers.
+
+Who approves and what is refused is ``_proxy_gate``'s; how the ``tools/list`` and
+``initialize`` answers are adjusted, and the injected tools' definitions, are
+``_tool_list``'s.
 """
 
 from __future__ import annotations
@@ -36,24 +40,21 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
-import threading
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from .. import ApprovalQueue
 from .._types import ActionSemantics
 from ..errors import GateRefused, InvalidCompensation, LeaseLost, SagaError, SecretInKwargs
-from ..gate import ApprovalRequest, Approver, Decision
-from ..gate import Policy as GatePolicy
-from ..wal import records as R
 from . import _jsonrpc as J
 from ._bounds import Route, from_client, from_server
 from ._client_io import ClientIO
+from ._proxy_gate import RefuseUndeclared, gate_policies, make_approver
 from ._session import OpenSaga
+from ._stderr import say
 from ._steps import CallContext, ToolRunner, current_call
+from ._tool_list import INJECTED_TOOLS, adjust_list, with_tools_capability
 from ._upstream import ServerSpec, make_upstream
 from .errors import McpCallFailed, McpServerExited, McpTimeout
 from .handlers import forget_live, register_live
@@ -61,36 +62,6 @@ from .observe import Observer
 from .policy import Policy
 
 __all__ = ["INJECTED_TOOLS", "Proxy", "ProxyConfig", "RefuseUndeclared"]
-
-INJECTED_TOOLS: Final = ("saga_begin", "saga_commit", "saga_rollback")
-
-_INJECTED_DEFS: Final = [
-    {
-        "name": "saga_begin",
-        "description": (
-            "Start a saga (agent-saga). Every tool call from now until saga_commit or "
-            "saga_rollback belongs to it: on rollback, or if this session ends before a "
-            "commit, the calls that can be undone are undone, newest first."
-        ),
-        "inputSchema": {
-            "type": "object",
-            "properties": {"name": {"type": "string", "description": "a name for the log"}},
-        },
-    },
-    {
-        "name": "saga_commit",
-        "description": "Commit the open saga: keep every effect of its tool calls.",
-        "inputSchema": {"type": "object", "properties": {}},
-    },
-    {
-        "name": "saga_rollback",
-        "description": (
-            "Roll the open saga back: undo its tool calls newest first; what cannot be "
-            "undone is handed to a human."
-        ),
-        "inputSchema": {"type": "object", "properties": {}},
-    },
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,70 +81,6 @@ class ProxyConfig:
     wal_path: str
     boundary: str = "session"
     observer: Observer | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RefuseUndeclared:
-    """Gate policy: refuse every tool the policy does not declare (recorded in the log).
-
-    Attributes:
-        declared: The declared tool names.
-        file: The policy file (named in the reason).
-    """
-
-    declared: frozenset[str]
-    file: str
-    name: str = "undeclared-tool"
-
-    def __call__(self, request: ApprovalRequest) -> str | None:
-        """Refuse ``request`` unless its tool is declared."""
-        if request.tool in self.declared:
-            return None
-        return (
-            f"{request.tool!r} is not declared in the policy {os.path.basename(self.file)}, "
-            "and agent-saga refuses tools it does not know; declare it there (or set "
-            '[saga] undeclared = "irreversible" to have such calls approved by a human)'
-        )
-
-
-class _Announcing:
-    """The approval queue, saying first (on stderr) which command answers the request.
-
-    The queue blocks while it waits for a human; it runs in a daemon thread of its
-    own rather than the loop's default executor, so that a session that ends (and
-    cancels the waiting call) exits at once instead of waiting out the queue's
-    timeout. The queue then records the abandoned request as it always does.
-    """
-
-    def __init__(self, inner: Approver, wal_path: str) -> None:
-        self._inner = inner
-        self._wal = wal_path
-        self.name = getattr(inner, "name", "approver")
-
-    async def __call__(self, request: ApprovalRequest) -> Any:
-        rid = R.approval_id(request.saga_id, request.step)
-        _say(
-            f"{request.tool!r} is IRREVERSIBLE and waits for a human: "
-            f"agent-saga approvals approve {rid} --note '...' --wal-path {self._wal} "
-            f"(or deny)"
-        )
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[Any] = loop.create_future()
-
-        def settle(ok: bool, value: Any) -> None:
-            if not answer.done():
-                (answer.set_result if ok else answer.set_exception)(value)
-
-        def wait() -> None:
-            try:
-                outcome: tuple[bool, Any] = (True, self._inner(request))
-            except BaseException as exc:  # handed to the gate, which fails closed
-                outcome = (False, exc)
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-                loop.call_soon_threadsafe(settle, *outcome)
-
-        threading.Thread(target=wait, name="agent-saga-approval", daemon=True).start()
-        return await answer
 
 
 class Proxy:
@@ -203,23 +110,10 @@ class Proxy:
         self._stop: asyncio.Future[str] | None = None
         self._held: list[bytes] | None = None  # answers held back during a rollback
         self._ppid = os.getppid()
-        self._gate_policies = self._policies()
-        self._approver = self._make_approver()
+        self._gate_policies = gate_policies(self.policy)
+        self._approver = make_approver(self.policy, config.wal_path)
 
     # -- setup -----------------------------------------------------------------------
-
-    def _policies(self) -> list[GatePolicy]:
-        policies = self.policy.gate_policies()
-        if self.policy.saga.undeclared == "refuse":
-            policies.insert(0, RefuseUndeclared(frozenset(self.policy.tools), self.policy.file))
-        return policies
-
-    def _make_approver(self) -> Approver:
-        settings = self.policy.saga
-        if settings.approver == "deny":
-            return _deny
-        queue = ApprovalQueue(self.config.wal_path, timeout=settings.approval_timeout_seconds)
-        return _Announcing(queue, self.config.wal_path)
 
     async def _open_saga(self, name: str) -> OpenSaga:
         s = OpenSaga(
@@ -242,7 +136,7 @@ class Proxy:
         try:
             await self.up.start()
         except (McpServerExited, SagaError) as exc:
-            _say(str(exc))
+            say(str(exc))
             self.io.close()
             return 1
         register_live(self.session, self.up)
@@ -345,7 +239,7 @@ class Proxy:
         elif method == "tools/call" and self.config.observer is None:
             # Without an id it is a notification: no answer can carry a refusal, so it
             # is not forwarded at all (a server that ran it would bypass the gate).
-            _say(
+            say(
                 "a tools/call without an id (a notification) was not forwarded: "
                 "send it as a request"
             )
@@ -407,9 +301,16 @@ class Proxy:
             await self._answer(J.error_response(rid, -32603, "the MCP server exited"))
             return
         if method == "tools/list":
-            raw = self._adjust_list(raw, msg, first_page)
+            raw = adjust_list(
+                raw,
+                msg,
+                first_page,
+                policy=self.policy,
+                explicit=self.config.boundary == "explicit",
+                observer=self.config.observer,
+            )
         elif self.config.boundary == "explicit" and self.config.observer is None:
-            raw = _with_tools_capability(raw, msg)
+            raw = with_tools_capability(raw, msg)
         await self._answer(raw)
 
     # -- server -> client ------------------------------------------------------------
@@ -423,53 +324,11 @@ class Proxy:
     async def _route(self, route: Route) -> None:
         """Carry out what the bounds decided for a line that could not be read."""
         if route.note:
-            _say(route.note)
+            say(route.note)
         if route.to_server is not None:
             await self._forward(route.to_server)
         if route.to_client is not None:
             await self.io.write(route.to_client)
-
-    def _adjust_list(self, raw: bytes, msg: Any, first_page: bool) -> bytes:
-        result = msg.get("result") if isinstance(msg, dict) else None
-        tools = result.get("tools") if isinstance(result, dict) else None
-        if not isinstance(tools, list):
-            return raw
-        if self.config.observer is not None:
-            self.config.observer.listed(tools)
-            return raw
-        settings = self.policy.saga
-        explicit = self.config.boundary == "explicit"
-        changed = False
-        shown: list[Any] = []
-        for item in tools:
-            name = item.get("name") if isinstance(item, dict) else None
-            if explicit and name in INJECTED_TOOLS:
-                _say(f"the server's own tool {name!r} is hidden behind agent-saga's")
-                changed = True
-                continue
-            if name in self.policy.tools or settings.list_undeclared == "show":
-                shown.append(item)
-                continue
-            changed = True
-            if settings.list_undeclared == "hide":
-                continue
-            note = (
-                "[agent-saga: not declared in the policy; every call waits for a human's approval]"
-                if settings.undeclared == "irreversible"
-                else "[agent-saga: not declared in the policy; calls are refused]"
-            )
-            description = (
-                item.get("description") if isinstance(item.get("description"), str) else ""
-            )
-            shown.append({**item, "description": f"{note} {description}".strip()})
-        if explicit and first_page:
-            shown.extend(_INJECTED_DEFS)
-            changed = True
-        if not changed:
-            return raw
-        assert isinstance(msg, dict)
-        assert isinstance(result, dict)
-        return J.encode({**msg, "result": {**result, "tools": shown}})
 
     # -- tools/call ------------------------------------------------------------------
 
@@ -560,14 +419,14 @@ class Proxy:
                 )
             return J.tool_error(rid, f"agent-saga: {exc}")
         except InvalidCompensation as exc:
-            _say(f"{name!r}: {exc}")
+            say(f"{name!r}: {exc}")
             return call.response  # it took effect: the client sees the real answer
         except LeaseLost as exc:
-            _say(f"{exc}; ending the session (the recovery daemon owns the saga now)")
+            say(f"{exc}; ending the session (the recovery daemon owns the saga now)")
             self._end_with("lease lost")
             return call.response or J.tool_error(rid, f"agent-saga: {exc}")
         except SagaError as exc:
-            _say(f"{name!r}: {exc}")
+            say(f"{name!r}: {exc}")
             if call.response is not None:
                 return call.response
             return J.tool_error(
@@ -611,7 +470,7 @@ class Proxy:
         commit = call.name == "saga_commit"
         self.saga = None
         summary = await current.end(commit, call.name)
-        _say(summary.text())
+        say(summary.text())
         failed = summary.outcome != ("committed" if commit else "rolled_back")
         result = {
             "content": [{"type": "text", "text": summary.text()}],
@@ -653,7 +512,7 @@ class Proxy:
             if not commit:
                 self._hold_answers()
             summary = await current.end(commit, why)
-            _say(summary.text() + (f" (because {why})" if why else ""))
+            say(summary.text() + (f" (because {why})" if why else ""))
         await self._release_answers()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=10)
@@ -662,32 +521,3 @@ class Proxy:
         if self.config.observer is not None:
             self.config.observer.write()
         self.io.close()
-
-
-def _deny(request: ApprovalRequest) -> Decision:
-    """``[saga] approver = "deny"``: every IRREVERSIBLE call is refused."""
-    return Decision.deny(
-        "policy-deny",
-        f'{request.tool!r} is IRREVERSIBLE and the policy\'s approver is "deny"; set [saga] '
-        'approver = "queue" to let a human approve such calls with `agent-saga approvals`',
-    )
-
-
-_deny.name = "policy-deny"  # type: ignore[attr-defined]
-
-
-def _with_tools_capability(raw: bytes, msg: Any) -> bytes:
-    """Explicit mode adds tools; an ``initialize`` answer without them must say so."""
-    result = msg.get("result") if isinstance(msg, dict) else None
-    caps = result.get("capabilities") if isinstance(result, dict) else None
-    if not isinstance(caps, dict) or "tools" in caps:
-        return raw
-    assert isinstance(msg, dict)
-    assert isinstance(result, dict)
-    return J.encode({**msg, "result": {**result, "capabilities": {**caps, "tools": {}}}})
-
-
-def _say(text: str) -> None:
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"agent-saga mcp: {text}\n")
-        sys.stderr.flush()

@@ -14,7 +14,7 @@ One pass (``RecoveryDaemon.run_once``):
    fences a stalled owner out of the log) and append a ``claim`` record with the
    next fencing number. Claims expire, so a daemon killed mid-claim blocks nothing.
 3. **Resolve** its steps newest first through the same undo protocol the agent uses
-   in-process (:mod:`agent_saga._engine`): committed steps are compensated by their
+   in-process (:mod:`agent_saga._rollback`): committed steps are compensated by their
    recorded handler and kwargs with the deterministic recovery token as idempotency
    key; steps of unknown outcome (dangling intents) only through the resolver the
    tool declared; everything else is escalated. Then write ``saga_end``.

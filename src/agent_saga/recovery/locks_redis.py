@@ -41,7 +41,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .. import _config
-from ..errors import SagaUsageError
+from .._credentials import resolve_credential
+from ..errors import MissingExtra, SagaUsageError
 from ..secrets import CredentialRef
 from .locks import RemoteLockHealth, redact_url
 
@@ -92,8 +93,6 @@ def _redis_module() -> Any:
     try:
         import redis
     except ImportError as exc:
-        from ..connectors._common import MissingExtra
-
         raise MissingExtra(
             "the Redis lock (saga-recoveryd --lock redis://…) needs the 'redis' extra: "
             f"pip install '{_DISTRIBUTION}[redis]' (import redis failed: "
@@ -209,8 +208,6 @@ class RedisLock(RemoteLockHealth):
             options = dict(self._options)
             if options["password"] is None:
                 if self._password_ref is not None:
-                    from ..connectors import resolve_credential
-
                     options["password"] = resolve_credential(self._password_ref)
                 else:
                     options["password"] = _config.redis_password()

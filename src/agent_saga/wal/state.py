@@ -58,6 +58,11 @@ retry may still undo a step, or a re-escalation change it; its detail is held). 
 only records that can still follow for such a saga are a fenced writer's late
 ``escalated`` record and records no writer should write; they are counted in
 :attr:`SagaFold.late_records` so a reader that printed the saga can say so.
+
+This module holds the fold's entry points (feeding, the records of sagas that
+ended, the views it answers with); the schema a record must pass is in
+``wal/_record_schema.py``, and what each record type changes in
+``wal/_fold_transitions.py``.
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from . import records as r
+from ._fold_transitions import APPLY, UNSCOPED, FoldTransitions
+from ._record_schema import record_problem
 from .views import (
     Anomaly,
     ApprovalView,
@@ -94,155 +101,12 @@ __all__ = [
     "fold_file",
 ]
 
-MAX_ANOMALIES: Final = 1000
-"""How many anomalies are kept in detail; :attr:`SagaFold.anomaly_count` counts all."""
-
 _NEEDS_UNDO: Final = frozenset(
     {"intent", "committed", "unknown", "compensating", "compensation_failed"}
 )
 
 
-# ---- record validation -------------------------------------------------------------
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _str(v: object) -> bool:
-    return isinstance(v, str)
-
-
-def _opt_str(v: object) -> bool:
-    return v is None or isinstance(v, str)
-
-
-def _opt_int(v: object) -> bool:
-    return v is None or _is_int(v)
-
-
-def _opt_dict(v: object) -> bool:
-    return v is None or isinstance(v, dict)
-
-
-def _any(v: object) -> bool:
-    return True
-
-
-_Check = Callable[[Any], bool]
-_SCHEMA: Final[dict[str, dict[str, _Check]]] = {
-    r.SAGA_BEGIN: {"saga": _str, "name": _opt_str, "owner": _str},
-    r.GATE: {
-        "saga": _str,
-        "step": _is_int,
-        "tool": _str,
-        "semantics": _str,
-        "decision": lambda v: v in ("approved", "refused"),
-        "decided_by": _any,
-        "reason": _any,
-    },
-    r.INTENT: {
-        "saga": _str,
-        "step": _is_int,
-        "attempt": _is_int,
-        "tool": _str,
-        "semantics": _str,
-        "kwargs": lambda v: isinstance(v, dict),
-        "idempotency_key": _str,
-    },
-    r.COMMITTED: {
-        "saga": _str,
-        "step": _is_int,
-        "attempt": _is_int,
-        "handler": _opt_str,
-        "kwargs": _opt_dict,
-        "token": _opt_str,
-    },
-    r.FORWARD_FAILED: {
-        "saga": _str,
-        "step": _is_int,
-        "attempt": _is_int,
-        "outcome": lambda v: v in ("no_effect", "unknown"),
-        "error": _any,
-    },
-    r.COMPENSATING: {"saga": _str, "step": _is_int, "token": _str, "by": _any},
-    r.COMPENSATED: {"saga": _str, "step": _is_int, "token": _str, "by": _any},
-    r.COMPENSATION_FAILED: {
-        "saga": _str,
-        "step": _is_int,
-        "token": _str,
-        "by": _any,
-        "attempt": _is_int,
-        "error": _any,
-        "final": lambda v: isinstance(v, bool),
-    },
-    r.ESCALATED: {"saga": _str, "step": _opt_int, "escalation": _str, "reason": _any, "by": _any},
-    r.ESCALATION_RESOLVED: {"escalation": _str, "note": _any, "by": _any},
-    r.CLAIM: {"saga": _str, "by": _any, "expires": _is_num, "fence": _is_int},
-    r.SAGA_END: {"saga": _str, "outcome": lambda v: v in r.TERMINAL_OUTCOMES, "by": _any},
-    r.APPROVAL_REQUESTED: {
-        "saga": _str,
-        "step": _is_int,
-        "tool": _str,
-        "semantics": _str,
-        "kwargs": lambda v: isinstance(v, dict),
-        "request": _str,
-        "expires": _is_num,
-        "by": _any,
-    },
-    r.APPROVAL_DECIDED: {
-        "request": _str,
-        "saga": _str,
-        "decision": lambda v: v in ("approved", "denied"),
-        "by": _any,
-        "note": _any,
-    },
-    r.ESCALATION_RETRY: {
-        "escalation": _str,
-        "saga": _str,
-        "step": _opt_int,
-        "note": _any,
-        "by": _any,
-    },
-    r.LOG_HEADER: {"format": _is_int},
-    r.TAIL_REPAIRED: {"offset": _is_int, "length": _is_int, "by": _any},
-}
-_OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
-    r.INTENT: {"resolver": _opt_str},
-    r.APPROVAL_REQUESTED: {"name": _opt_str},
-}
-
-
-def _problem(record: Mapping[str, Any]) -> tuple[str, str] | None:
-    """Return ``(kind, detail)`` when the record cannot be used, else None."""
-    rtype = record.get("type")
-    schema = None
-    if isinstance(rtype, str):
-        schema = _SCHEMA.get(rtype)
-    if rtype is None or schema is None:
-        return "unknown_type", f"unknown record type {rtype!r}"
-    for key, check in schema.items():
-        if key not in record:
-            return "malformed", f"{rtype} record without {key!r}"
-        if not check(record[key]):
-            return "malformed", f"{rtype} record has a bad {key!r}"
-    for key, check in _OPTIONAL.get(rtype, {}).items():
-        if key in record and not check(record[key]):
-            return "malformed", f"{rtype} record has a bad {key!r}"
-    ts = record.get("ts")
-    if ts is not None and not _is_num(ts):
-        return "malformed", f"{rtype} record has a bad 'ts'"
-    return None
-
-
-# ---- the fold ----------------------------------------------------------------------
-
-
-class SagaFold:
+class SagaFold(FoldTransitions):
     """Incremental fold of WAL records into :class:`SagaView` objects.
 
     Args:
@@ -264,7 +128,8 @@ class SagaFold:
         ValueError: ``on_settled`` without ``forget_terminal``.
 
     Attributes:
-        anomalies: Up to :data:`MAX_ANOMALIES` records the fold could not use.
+        anomalies: Up to :data:`~agent_saga.wal._fold_transitions.MAX_ANOMALIES`
+            records the fold could not use.
         anomaly_count: How many there were in total.
         damages: Damage reports passed to :meth:`feed`.
         repairs: ``tail_repaired`` records: torn tails a writer cut off (not damage).
@@ -357,13 +222,13 @@ class SagaFold:
         if not isinstance(untrusted, Mapping):
             self._anomaly(offset, "malformed", "record is not an object")
             return
-        problem = _problem(record)
+        problem = record_problem(record)
         if problem is not None:
             self._anomaly(offset, *problem)
             return
         ts = record.get("ts")
         rtype = record["type"]
-        unscoped = _UNSCOPED.get(rtype)
+        unscoped = UNSCOPED.get(rtype)
         if unscoped is not None:
             unscoped(self, record, offset, ts)
             return
@@ -388,7 +253,7 @@ class SagaFold:
         if isinstance(ts, int | float) and not isinstance(ts, bool):
             view.last_ts = float(ts)
         view.record_count += 1
-        handler = _APPLY.get(rtype)
+        handler = APPLY.get(rtype)
         if handler is not None:
             handler(self, view, record, offset, ts)
 
@@ -466,216 +331,7 @@ class SagaFold:
                     return retry
         return None
 
-    # -- per-type transitions -----------------------------------------------------
-
-    def _begin(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        v.name, v.owner, v.started, v.begun = rec["name"], rec["owner"], ts, True
-
-    def _step(self, v: SagaView, rec: Mapping[str, Any], off: int) -> StepView:
-        n: int = rec["step"]
-        s = v.steps.get(n)
-        if s is None:
-            s = v.steps[n] = StepView(n, first_offset=off)
-        s.last_offset = off
-        return s
-
-    def _gate(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        s = self._step(v, rec, off)
-        s.tool, s.semantics, s.gate_decision = rec["tool"], rec["semantics"], rec["decision"]
-        if not s.attempt_states:
-            s.state = "refused" if rec["decision"] == "refused" else "gated"
-
-    def _intent(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        s = self._step(v, rec, off)
-        a: int = rec["attempt"]
-        s.tool, s.semantics, s.kwargs = rec["tool"], rec["semantics"], rec["kwargs"]
-        s.idempotency_key = rec["idempotency_key"]
-        s.resolver = rec.get("resolver")
-        s.idempotent = rec.get("idempotent") is True
-        if s.gate_decision is None and rec.get("approved_by"):
-            s.gate_decision = "approved"  # an automatic approval has no gate record
-        if "preimage" in rec:
-            s.preimage = rec["preimage"]
-        if a not in s.attempt_states:
-            s.attempts += 1
-        s.attempt_states[a], s.attempt_offsets[a] = "intent", off
-        self._forward_changed(s)
-
-    def _committed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        s = self._step(v, rec, off)
-        s.handler, s.compensation_kwargs, s.token = rec["handler"], rec["kwargs"], rec["token"]
-        invalid = rec.get("invalid")
-        s.invalid = invalid if isinstance(invalid, str) else None
-        s.attempt_states[rec["attempt"]], s.attempt_offsets[rec["attempt"]] = "committed", off
-        if s.order is None:
-            s.order, v._finished = v._finished, v._finished + 1
-        self._forward_changed(s)
-
-    def _forward_failed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        s = self._step(v, rec, off)
-        a = rec["attempt"]
-        s.attempt_states[a], s.attempt_offsets[a] = rec["outcome"], off
-        s.error = rec["error"]
-        self._forward_changed(s)
-
-    @staticmethod
-    def _forward_changed(s: StepView) -> None:
-        # Undo progress (compensating...) is never overwritten by a late forward record.
-        if s.state in ("gated", "refused", "intent", "committed", "no_effect", "unknown"):
-            s.state = s._derive_forward_state()
-
-    def _undo(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        s = self._step(v, rec, off)
-        rtype = rec["type"]
-        s.token = rec["token"]
-        if not v.terminal and v.status in ("running", "recovering"):
-            v.status = "rolling_back"
-        if rtype == r.COMPENSATING:
-            if s.state != "compensated":
-                s.state = "compensating"
-        elif rtype == r.COMPENSATED:
-            s.state, s.compensated_by, s.final_failure = "compensated", rec["by"], False
-        else:
-            s.error, s.final_failure = rec["error"], rec["final"]
-            if s.state != "compensated":
-                s.state = "compensation_failed"
-
-    def _escalated(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        eid: str = rec["escalation"]
-        step = rec["step"]
-        self._escalations[eid] = EscalationView(
-            eid, v.saga_id, step, rec["reason"], rec["by"], off, ts
-        )
-        if eid not in v.escalations:
-            v.escalations.append(eid)
-        if step is not None:
-            s = self._step(v, rec, off)
-            s.escalation = eid
-            if s.state != "compensated":
-                s.state = "escalated"
-
-    def _claim(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        v.claims.append(ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts))
-        if v.status == "running":
-            v.status = "recovering"
-
-    def _end(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        if v.terminal:
-            return
-        v.outcome = v.status = rec["outcome"]
-        v.ended, v.ended_by = ts, rec["by"]
-        self._live.pop(v.saga_id, None)
-        for rid in self._saga_approvals.get(v.saga_id, ()):
-            a = self._approvals.get(rid)
-            if a is not None:
-                a.saga_ended = True  # nobody waits for an answer any more
-        if self._forget and not (self._on_settled is not None and self._open_for(v)):
-            self._settle(v)
-        else:
-            self._ended[v.saga_id] = v  # held: an open escalation may still change it
-
-    def _resolve(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        e = self._escalations.get(rec["escalation"])
-        if e is None:
-            self._anomaly(off, "malformed", f"resolution of unknown escalation {rec['escalation']}")
-            return
-        e.resolved, e.note, e.resolved_by = True, rec["note"], rec["by"]
-        e.resolved_ts, e.resolved_offset = ts, off
-        retry = self._retries.pop(e.escalation, None)
-        if retry is not None and retry.outcome is None:
-            retry.outcome = "resolved"
-        held = self._ended.get(e.saga_id)
-        if held is not None and self._forget and not self._open_for(held):
-            del self._ended[e.saga_id]
-            self._settle(held)  # nothing open any more: it can no longer change
-        elif self._forgotten(e.saga_id) and not self._keep_resolved:
-            del self._escalations[e.escalation]
-
-    def _approval_requested(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        saga_id: str = rec["saga"]
-        rid: str = rec["request"]
-        if saga_id in self._summaries:
-            self._anomaly(off, "after_end", f"approval request {rid} after saga_end of {saga_id}")
-            return
-        # A repeated request (same saga and step) starts over: the waiter only
-        # reads decisions recorded after its own request.
-        self._approvals[rid] = ApprovalView(
-            rid,
-            saga_id,
-            rec["step"],
-            rec["tool"],
-            rec["semantics"],
-            rec["kwargs"],
-            float(rec["expires"]),
-            rec["by"],
-            off,
-            ts,
-            saga_name=rec.get("name"),
-            saga_ended=saga_id in self._ended,
-        )
-        ids = self._saga_approvals.setdefault(saga_id, [])
-        if rid not in ids:
-            ids.append(rid)
-
-    def _retry(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        eid: str = rec["escalation"]
-        e = self._escalations.get(eid)
-        if e is None or e.resolved:
-            self._anomaly(off, "malformed", f"retry of an unknown or resolved escalation {eid}")
-            return
-        e.retry = self._retries[eid] = RetryView(
-            eid, rec["saga"], rec["step"], rec["note"], rec["by"], off, ts
-        )
-
-    def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
-        if rec["type"] == r.TAIL_REPAIRED:
-            self.repairs.append(dict(rec))
-
-    def _approval_decided(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
-        a = self._approvals.get(rec["request"])
-        if a is None:
-            if not self._forgotten(rec["saga"]):  # forgotten with its saga: nothing to do
-                self._anomaly(off, "malformed", f"decision of unknown request {rec['request']}")
-            return
-        if a.decided:
-            return  # the first decision wins
-        a.decision, a.decided_by, a.note = rec["decision"], rec["by"], rec["note"]
-        a.decided_ts, a.decided_offset = ts, off
-
     # -- memory control -----------------------------------------------------------
-
-    def _open_for(self, v: SagaView) -> bool:
-        """Whether ``v`` has an open escalation (a retry or re-escalation may follow)."""
-        for eid in v.escalations:
-            e = self._escalations.get(eid)
-            if e is not None and not e.resolved:
-                return True
-        return False
-
-    def _forgotten(self, saga_id: str) -> bool:
-        """Whether the saga's detail was dropped (bounded mode: any saga not held)."""
-        if saga_id in self._summaries:
-            return True
-        return self._bounded and saga_id not in self._live and saga_id not in self._ended
-
-    def _settle(self, v: SagaView) -> None:
-        if self._on_settled is not None:
-            self._on_settled(v)
-        self._drop_detail(v)
-
-    def _drop_detail(self, v: SagaView) -> None:
-        if not self._bounded:
-            self._summaries[v.saga_id] = (v.status, v.ended)
-        if not self._keep_resolved:
-            for eid in v.escalations:
-                e = self._escalations.get(eid)
-                if e is not None and e.resolved:
-                    del self._escalations[eid]
-        rids = self._saga_approvals.pop(v.saga_id, ())
-        if not self._keep_approvals:
-            for rid in rids:
-                self._approvals.pop(rid, None)
 
     def forget_terminal(self, *, keep_summary: bool = True) -> int:
         """Drop the detail of every terminal saga held so far.
@@ -693,11 +349,6 @@ class SagaFold:
         if not keep_summary:
             self._summaries.clear()
         return len(ended)
-
-    def _anomaly(self, offset: int, kind: str, detail: str) -> None:
-        self.anomaly_count += 1
-        if len(self.anomalies) < MAX_ANOMALIES:
-            self.anomalies.append(Anomaly(offset, kind, detail))
 
     # -- views --------------------------------------------------------------------
 
@@ -830,32 +481,6 @@ class SagaFold:
         ]
         todo.sort(key=lambda pair: pair[0], reverse=True)
         return [s for _, s in todo]
-
-
-_APPLY: Final = {
-    r.SAGA_BEGIN: SagaFold._begin,
-    r.GATE: SagaFold._gate,
-    r.INTENT: SagaFold._intent,
-    r.COMMITTED: SagaFold._committed,
-    r.FORWARD_FAILED: SagaFold._forward_failed,
-    r.COMPENSATING: SagaFold._undo,
-    r.COMPENSATED: SagaFold._undo,
-    r.COMPENSATION_FAILED: SagaFold._undo,
-    r.ESCALATED: SagaFold._escalated,
-    r.CLAIM: SagaFold._claim,
-    r.SAGA_END: SagaFold._end,
-}
-# Records that do not belong to one saga's view (they never create a SagaView).
-_UNSCOPED: Final = {
-    r.ESCALATION_RESOLVED: SagaFold._resolve,
-    r.APPROVAL_REQUESTED: SagaFold._approval_requested,
-    r.APPROVAL_DECIDED: SagaFold._approval_decided,
-    r.ESCALATION_RETRY: SagaFold._retry,
-    r.LOG_HEADER: SagaFold._log_meta,
-    r.TAIL_REPAIRED: SagaFold._log_meta,
-}
-assert set(_APPLY) | set(_UNSCOPED) == r.RECORD_TYPES
-assert not set(_APPLY) & set(_UNSCOPED)
 
 
 def fold_file(

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import SagaUsageError
 
 if TYPE_CHECKING:
-    from ..recovery.locks import Lock
     from .compaction import CompactionReport
     from .format import Encryptor
     from .lease import LeaseInfo
+    from .locks import Lock
     from .reader import Damage, Decryptor, Record, VerifyReport
 
 __all__ = [
@@ -186,7 +186,7 @@ class LogStore(Protocol):
 
         Raises:
             SagaUsageError: a usage mistake (its message says what to do);
-                ``agent_saga._cli_support.NoWAL`` when ``must_exist`` and there is
+                :class:`~agent_saga.wal.path_check.NoWAL` when ``must_exist`` and there is
                 no log there.
         """
         ...
@@ -255,8 +255,8 @@ class FileStore:
         return f"FileStore({self.display!r})"
 
     def check(self, *, must_exist: bool) -> None:
-        """See :meth:`LogStore.check` (:func:`agent_saga._cli_support.check_wal_path`)."""
-        from .._cli_support import check_wal_path
+        """See :meth:`LogStore.check` (:func:`agent_saga.wal.path_check.check_wal_path`)."""
+        from .path_check import check_wal_path
 
         check_wal_path(self.location, must_exist=must_exist)
 
@@ -319,9 +319,9 @@ class FileStore:
         return compact(self.path, **options)
 
     def recovery_lock(self) -> Lock:
-        """A :class:`~agent_saga.recovery.locks.FileLock` in ``<wal>.d/locks``."""
-        from ..recovery.locks import FileLock
+        """A :class:`~agent_saga.wal.locks.FileLock` in ``<wal>.d/locks``."""
         from .lease import sidecar_dir
+        from .locks import FileLock
 
         return FileLock(os.path.join(sidecar_dir(self.path), "locks"))
 

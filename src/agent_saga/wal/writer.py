@@ -7,10 +7,13 @@ lock — at the end of an ``O_APPEND`` file (format 1), or into the preallocated
 of a format-2 file —, releases the lock, fsyncs (format 2: ``fdatasync``) once, and
 releases every waiter of that batch together (``docs/log-format.md`` §3-§6, §11).
 
-This module holds the writer, the per-process registry behind :func:`open_writer`
-and its fork/exit hooks. The writer's I/O seam, counters and batch live in
-``wal/_batch.py``, the ``exclusive()`` handle in ``wal/exclusive.py``; all three
-public names are re-exported here.
+This module holds the writer's constructor and public methods, and the per-process
+registry behind :func:`open_writer` with its fork/exit hooks. The writer is built
+on three base classes: the queue it shares with the PostgreSQL writer
+(``wal/_queue.py``), how batches are formed, written and leased
+(``wal/_file_batches.py``) and the file itself (``wal/_log_file.py``). Its I/O seam,
+counters and batch live in ``wal/_batch.py``, the ``exclusive()`` handle in
+``wal/exclusive.py``; the public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import os
 import threading
 import time
@@ -26,31 +28,17 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._crash import crashpoint, is_armed
 from ..errors import LeaseLost, SagaUsageError, WALError, WALFull, WALWriteFailed
-from ._batch import WriterIO, WriterStats, _Batch
+from ._batch import WriterIO, WriterStats
 from ._batch import _fresh as _waiter_error
-from ._queue import Backpressure, QueueWriter, check_queue_args
+from ._file_batches import INLINE_BATCH, FileBatches
+from ._queue import Backpressure, check_queue_args
 from ._writers import Registry
 from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
 from .records import ESCALATED
-from .snapshots import write_fully
-from .tail import (
-    FORMAT_APPEND,
-    FORMAT_PREALLOCATED,
-    check_mode,
-    extended_size,
-    find_end,
-    follow_frames,
-    header_record,
-    log_format,
-    read_mode,
-    repair_record,
-    repair_torn_tail,
-    write_zeros,
-)
+from .tail import FORMAT_APPEND, FORMAT_PREALLOCATED
 
 __all__ = [
     "DEFAULT_LOG_FORMAT",
@@ -64,19 +52,13 @@ __all__ = [
     "open_writer",
 ]
 
-#: With ``sync_on_loop``, the most records a batch may hold to be written on the
-#: event loop's thread: a lone saga's batch (its record, perhaps a ``saga_begin``
-#: submitted before it). Larger batches mean concurrent sagas, whose syncs should
-#: overlap the loop's work on the flusher thread.
-INLINE_BATCH: int = 2
-
 #: The layout new logs get when no ``log_format`` is given: the preallocated one,
 #: measured at 0.5-0.85x the cost of append+fsync per durable write on this
 #: project's reference disk (docs/performance.md, "Preallocated WAL").
 DEFAULT_LOG_FORMAT: int = FORMAT_PREALLOCATED
 
 
-class WALWriter(QueueWriter):
+class WALWriter(FileBatches):
     """Appends records to one WAL with group commit. Use :func:`open_writer`.
 
     Args:
@@ -428,401 +410,6 @@ class WALWriter(QueueWriter):
             handle._open = False
             self._exclusive_thread = None
             self._plock.release()
-
-    # ------------------------------------------------------------------ enqueue side
-
-    def _enqueue(
-        self,
-        data: bytes,
-        fut: asyncio.Future[None] | None,
-        loop: asyncio.AbstractEventLoop | None,
-        block: bool = True,
-        waited: bool = True,
-        lead: bool = False,
-        kick: bool = False,
-    ) -> _Batch:
-        if self._defunct:
-            raise SagaUsageError(
-                "this WAL writer belongs to the parent process; call open_writer() in the child"
-            )
-        with self._lock:
-            if self._closing or self._fenced:
-                self._raise_unusable()
-            if len(self._pending) >= self._limit:
-                self._wait_for_room(block)
-            self._pending.append(data)
-            batch = self._current
-            if waited:
-                self._wanted = True
-            else:
-                batch.unwaited = True
-            if fut is not None and loop is not None:
-                self._add_waiter(batch, fut, loop)
-            if lead and not self._writing:
-                self._take_batch_locked()
-                batch.leader = threading.get_ident()
-            elif self._flusher_idle and waited:
-                if kick and loop is not None and self._loop_handoff:
-                    if loop not in self._kicks:
-                        self._kicks.add(loop)
-                        loop.call_soon(self._kick, loop)
-                else:
-                    self._wake_flusher_locked()
-            return batch
-
-    def _lead_inline(self, data: bytes) -> _Batch | None:
-        """``sync_on_loop``: write ``data`` (and what is pending) on this thread now.
-
-        Returns the written batch, or None when another batch is being written or
-        too much is pending (then the caller queues ``data`` as usual).
-        """
-        with self._lock:
-            if (
-                self._writing
-                or self._closing
-                or self._fenced
-                or self._defunct
-                or len(self._pending) >= INLINE_BATCH
-            ):
-                return None
-            self._pending.append(data)
-            self._wanted = True
-            batch = self._take_batch_locked()
-            batch.leader = threading.get_ident()
-        self._write_and_complete(batch)
-        return batch
-
-    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
-        # Runs on ``loop`` after the callbacks that were ready with the first record:
-        # every record they appended meanwhile goes to the flusher in this one wake-up
-        # or, with sync_on_loop and a small batch, is written right here.
-        with self._lock:
-            self._kicks.discard(loop)
-            if not (self._flusher_idle and not self._writing and self._flush_due_locked()):
-                return
-            if not self._sync_on_loop or len(self._pending) > INLINE_BATCH or self._defunct:
-                self._wake_flusher_locked()
-                return
-            batch = self._take_batch_locked()
-            batch.leader = threading.get_ident()
-        self._write_and_complete(batch)  # blocks this loop for one write + sync
-
-    def _wake_flusher_locked(self) -> None:
-        self._flusher_idle = False
-        self.stats.wakeups += 1
-        self._cond.notify()
-
-    def _flush_due_locked(self) -> bool:
-        # Called holding self._lock: does the flusher have a batch to write now?
-        # Pending records are written once someone waits for them, a submitter waits
-        # for room, or the writer closes; never merely because they exist.
-        return bool(self._pending) and (self._wanted or self._blocked > 0 or self._closing)
-
-    def _flush_target(self) -> _Batch | None:
-        with self._lock:
-            if self._pending:
-                self._wanted = True
-                if self._flusher_idle:
-                    self._wake_flusher_locked()  # submitted records wait for no one else
-                return self._current
-            return self._inflight
-
-    def _fresh(self, err: BaseException) -> BaseException:
-        return _waiter_error(err, self.path)
-
-    # ------------------------------------------------------------------ flusher side
-
-    def _run_flusher(self) -> None:
-        while True:
-            with self._lock:
-                while self._writing or not self._flush_due_locked():
-                    if self._closing and not self._pending and not self._writing:
-                        return
-                    self._flusher_idle = True
-                    self._cond.wait()
-                self._flusher_idle = False
-                batch = self._take_batch_locked()
-            self._write_and_complete(batch)
-
-    def _take_batch_locked(self) -> _Batch:
-        # Called holding self._lock: the caller becomes the one writer of this batch.
-        batch = self._current
-        batch.frames, self._pending, self._current = self._pending, [], _Batch()
-        self._wanted = False
-        self._inflight = batch
-        self._writing = True
-        if self._blocked:
-            self._room.notify_all()
-        return batch
-
-    def _write_and_complete(self, batch: _Batch) -> None:
-        try:
-            batch.error = self._write_batch(batch.frames)
-        finally:
-            batch.frames = []
-            self._complete(batch)
-
-    def _write_batch(self, frames: list[bytes]) -> BaseException | None:
-        data = b"".join(frames)
-        try:
-            self._plock.acquire()
-            locked = True
-            self._io_lock.acquire()
-            try:
-                self._ensure_lease_locked()
-                crashpoint("wal.before_write")
-                self._write_locked(data)
-                crashpoint("wal.after_write")
-                # Other processes may append while we fsync: fsync covers our bytes either way.
-                self._plock.release()
-                locked = False
-                self._sync()
-                crashpoint("wal.after_fsync")
-                self.stats.fsyncs += 1
-                self.stats.batches += 1
-                self.stats.records_written += len(frames)
-                self.stats.bytes_written += len(data)
-            finally:
-                self._io_lock.release()
-                if locked:
-                    self._plock.release()
-        except LeaseLost as exc:
-            self.stats.failed_batches += 1
-            return exc
-        except Exception as exc:  # OSError, or anything a custom seam raises
-            self.stats.failed_batches += 1
-            err = WALWriteFailed(
-                f"writing {len(frames)} record(s) to {self.path} failed ({exc!r}); "
-                "they are not durable",
-                path=self.path,
-            )
-            err.__cause__ = exc
-            return err
-        return None
-
-    def _batch_done_locked(self) -> None:
-        self._writing = False
-        if self._closing or self._flush_due_locked():
-            self._wake_flusher_locked()
-
-    def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        if is_armed("wal.mid_write") and len(view) > 1:
-            # Crash tests: die with half of the batch written (a torn write).
-            view = view[self._io.write(self._fd, view[: len(view) // 2]) :]
-            crashpoint("wal.mid_write")
-        while view:
-            n = self._io.write(self._fd, view)
-            if n <= 0:
-                raise OSError(f"write returned {n}")
-            view = view[n:]
-
-    def _sync(self) -> None:
-        """Make the written bytes durable: ``fdatasync`` in format 2, ``fsync`` in format 1.
-
-        In a preallocated file a write changes neither the size nor the block map,
-        so the data flush is all there is to commit (docs/log-format.md §11.2).
-        """
-        if self._format == FORMAT_PREALLOCATED:
-            self._io.fdatasync(self._fd)
-        else:
-            self._io.fsync(self._fd)
-
-    def _write_locked(self, data: bytes) -> None:
-        """Append ``data`` at the end of valid data (called holding the process lock).
-
-        A write that fails part-way is cut back off (format 1) or zeroed again
-        (format 2), so a failed batch never leaves a partial frame for later batches
-        to bury mid-file (docs/log-format.md §3).
-        """
-        data = self._prepare_append_locked() + data
-        start = self._known_end
-        if self._format == FORMAT_PREALLOCATED:
-            assert start is not None  # _prepare_append_locked always finds it in format 2
-            if start + len(data) > self._size:
-                self._extend_locked(start + len(data))
-        try:
-            self._write_all(data)
-        except BaseException:
-            try:
-                if start is None:
-                    raise OSError("no known end")
-                if self._format == FORMAT_PREALLOCATED:
-                    write_zeros(self._fd, start, os.lseek(self._fd, 0, os.SEEK_CUR))
-                    os.lseek(self._fd, start, os.SEEK_SET)
-                else:
-                    os.ftruncate(self._fd, start)
-            except OSError:
-                self._known_end = None  # the next writer's tail check repairs it
-            raise
-        self._known_end = None if start is None else start + len(data)
-
-    def _extend_locked(self, need: int) -> None:
-        """Grow a format-2 file with real zeros so ``need`` fits, and fsync (§11.2).
-
-        Called holding the process lock, so no other writer can be writing into the
-        region being zeroed. On failure (``ENOSPC``) the file is cut back to its old
-        size and nothing of the batch is written.
-        """
-        old = os.fstat(self._fd).st_size  # another writer may have extended it
-        if need <= old:
-            self._size = old
-            return
-        new = extended_size(old, need)
-        try:
-            if is_armed("wal.mid_extend"):
-                # Crash tests: die with half of the extension written.
-                write_zeros(self._fd, old, old + (new - old) // 2)
-                crashpoint("wal.mid_extend")
-            write_zeros(self._fd, old, new)
-            os.fsync(self._fd)  # the size changed: fsync, not fdatasync
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, old)  # only our zeros lie beyond it
-            raise
-        self._size = new
-
-    def _prepare_append_locked(self) -> bytes:
-        """Find where to append; return frames that must go first (a repair record).
-
-        Called holding the process lock. The replacement generation in the lock
-        file tells whether compaction or a migration replaced the file (§5). In
-        format 1 one ``fstat`` tells whether anyone appended since our last write
-        (the size moved). In format 2 the size does not move with writes: the 12
-        bytes at the end of our last batch are still zeros exactly when nobody
-        wrote since, and otherwise the valid frames others appended lead to the
-        zeros after them; neither case stats anything — a ``stat`` of the log
-        makes the next write dirty its inode (fine-grained ctime), which slowed
-        every ``fdatasync`` by about 75 µs (``docs/log-format.md`` §5).
-        """
-        gen = self._plock.generation()
-        if gen != self._generation:
-            self._generation = gen
-            if self._replaced():
-                self._attach_locked()
-        k = self._known_end
-        if self._format == FORMAT_PREALLOCATED:
-            if k is not None:
-                end = follow_frames(self._fd, k, self._size)
-                if end == k:
-                    return b""  # nobody wrote since our last batch
-                if end is not None:  # others appended valid frames: follow them
-                    self._known_end = end
-                    os.lseek(self._fd, end, os.SEEK_SET)
-                    return b""
-            self._size = os.fstat(self._fd).st_size
-            return self._check_tail_locked()
-        if os.fstat(self._fd).st_size == k:
-            return b""
-        return self._check_tail_locked()
-
-    def _check_tail_locked(self) -> bytes:
-        fmt = self._format
-        tail = find_end(self._fd, start=self._known_end, fmt=fmt)
-        prefix = b""
-        if tail.kind == "torn":
-            removed, saved = repair_torn_tail(self._fd, self.path, tail, fmt)
-            self.stats.tail_repairs += 1
-            prefix = encode_record(repair_record(tail, removed, saved, self.owner), self._encryptor)
-        self._known_end = tail.append_at
-        if fmt == FORMAT_PREALLOCATED:
-            os.lseek(self._fd, tail.append_at, os.SEEK_SET)
-        return prefix
-
-    def _attach_locked(self) -> None:
-        """(Re)open the path and apply the mode rule before anything is written.
-
-        Called holding the process lock, at start and after the file was replaced.
-        A log with no valid frame yet gets its header now, fsynced: its mode is fixed
-        before any other writer can look. An empty file becomes a log of this
-        writer's ``log_format``; a format-2 log is preallocated right away.
-        """
-        fd = self._open()
-        try:
-            mode = read_mode(fd)
-            check_mode(mode, self._encryptor, self.path)
-            st = os.fstat(fd)
-            if mode.encrypted is None and st.st_size == 0:
-                fmt = self._create_format
-            elif mode.encrypted is None:
-                fmt = FORMAT_APPEND  # bytes but no frame: a header can only be appended
-            else:
-                fmt = log_format(fd)
-            if fmt == FORMAT_APPEND:
-                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._generation = self._plock.generation()
-        old, self._fd, self._known_end, self._format = self._fd, fd, None, fmt
-        self._size = st.st_size
-        if old >= 0:
-            os.close(old)
-        if mode.encrypted is None and fmt == FORMAT_PREALLOCATED:
-            header = header_record(self._encryptor, FORMAT_PREALLOCATED)
-            write_fully(self._fd, header)
-            size = extended_size(0, len(header))
-            write_zeros(self._fd, len(header), size)
-            os.fsync(self._fd)
-            self._known_end, self._size = len(header), size
-        elif mode.encrypted is None:
-            # Not through the test seam (self._io): opening a log is not a batch.
-            write_fully(self._fd, header_record(self._encryptor) + self._check_tail_locked())
-            os.fsync(self._fd)
-            self._known_end = os.fstat(self._fd).st_size
-
-    def _replaced(self) -> bool:
-        try:
-            return os.stat(self.path).st_ino != os.fstat(self._fd).st_ino
-        except FileNotFoundError:
-            return True
-
-    def _open(self) -> int:
-        # O_APPEND is set by _attach_locked for format 1 only: format 2 writes at
-        # the end of its data, inside the file.
-        flags = os.O_RDWR | os.O_CLOEXEC
-        try:
-            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return os.open(self.path, flags)
-        # A new file: make its directory entry durable too.
-        dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        return fd
-
-    def _ensure_lease_locked(self) -> None:
-        # Called holding the process lock, before every write.
-        if self._fenced:
-            raise self._lease_lost()
-        if time.monotonic() > self._deadline and not self._renew_locked():
-            raise self._lease_lost()
-
-    def _renew_locked(self) -> bool:
-        start = time.monotonic()
-        if not self._lease.renew():
-            self._fenced = True
-            with self._lock:
-                self._room.notify_all()
-            return False
-        self._deadline = start + self._lease_seconds - self._margin
-        return True
-
-    def _run_renewer(self) -> None:
-        interval = self._lease_seconds / 3
-        while not self._stop.wait(interval):
-            if not self._io.renewals.is_set():
-                continue
-            with self._plock:
-                if self._stop.is_set():
-                    return
-                try:
-                    if not self._renew_locked():
-                        return
-                except OSError:
-                    pass  # transient: the flusher renews before writing once the deadline passes
 
 
 # ---------------------------------------------------------------------- registry

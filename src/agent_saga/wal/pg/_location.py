@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from ...errors import SagaUsageError, WALError, WALWriteFailed
+from ..._credentials import resolve_credential
+from ...errors import MissingExtra, SagaUsageError, WALError, WALWriteFailed
 from ..store import redact_location
 
 __all__ = [
@@ -91,8 +92,6 @@ def psycopg_module() -> Any:
     try:
         import psycopg
     except ImportError as exc:
-        from ...connectors._common import MissingExtra
-
         raise MissingExtra(
             "a postgresql:// WAL location needs the 'postgres' extra: "
             f"pip install '{_DISTRIBUTION}[postgres]' (import psycopg failed: "
@@ -161,8 +160,6 @@ class PgLocation:
             "application_name": app_name(purpose, owner),
         }
         if self.password_ref is not None:
-            from ...connectors._credentials import resolve_credential
-
             password = resolve_credential(self.password_ref)
             kwargs["password"] = password
             if password not in self._secrets:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..._cli_support import NoWAL
+from ..path_check import NoWAL
 from ._location import PgLocation, PgWALError, psycopg_module
 
 __all__ = [

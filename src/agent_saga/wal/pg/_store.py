@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..._cli_support import NoWAL
+from ..path_check import NoWAL
 from ..reader import Damage, Decryptor, Record, VerifyReport
 from ..records import TAIL_REPAIRED
 from ._exclusive import PgLeaseTable, db_now
@@ -24,9 +24,9 @@ from ._schema import SCHEMA_VERSION, MigrateReport, SchemaMissing, migrate, sche
 from ._writer import PgWriter, open_pg_writer
 
 if TYPE_CHECKING:
-    from ...recovery.locks import Lock
     from ..compaction import CompactionReport
     from ..format import Encryptor
+    from ..locks import Lock
 
 __all__ = ["PgStore"]
 
@@ -253,7 +253,7 @@ class PgStore:
         Correctness does not rest on it (claims are written under the log row lock);
         it only keeps two daemons from working on the same saga at once.
         """
-        from ...recovery.locks_pg import PgAdvisoryLock
+        from ._advisory_lock import PgAdvisoryLock
 
         return PgAdvisoryLock(
             self.loc.url, password=_ref(self.loc), table=f"{self.loc.schema}.lock_fence"

@@ -1,10 +1,15 @@
-"""The process-wide credential resolver: the only global state of the connectors.
+"""The process-wide credential resolver: credential references become secrets here.
 
 Connectors never receive secrets in their kwargs (those are written to the saga log);
 they receive :class:`~agent_saga.secrets.CredentialRef` names and call
 :func:`resolve_credential` right before talking to the service. The user installs
 one resolver per process with :func:`set_credential_resolver`; the recovery daemon
 needs the same call in a module it loads with ``--import``.
+
+Users reach these functions through :mod:`agent_saga.connectors`. They live in the
+core because the log (a PostgreSQL password), the recovery locks and the MCP proxy
+resolve references too, and none of them may import the connectors
+(``docs/architecture.md``).
 
 Why a failing resolver's exception is not chained: the resolver is user code that
 may hold the secret when it fails (it fetched the value, then a check or a client
@@ -20,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import SagaError, SagaUsageError
-from ..secrets import CredentialRef
+from .errors import SagaError, SagaUsageError
+from .secrets import CredentialRef
 
 __all__ = [
     "CredentialResolver",

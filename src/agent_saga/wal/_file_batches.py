@@ -1,0 +1,264 @@
+"""How the file writer forms batches and who writes them (``docs/log-format.md`` §4).
+
+A base class of :class:`~agent_saga.wal.writer.WALWriter`, on the queue shared with
+the PostgreSQL writer (:class:`~agent_saga.wal._queue.QueueWriter`) and the file
+half (:class:`~agent_saga.wal._log_file.LogFile`): the enqueue side (a lone caller
+writes its own record, a waited append leads a batch, an event loop hands its
+records over once per loop iteration or, with ``sync_on_loop``, writes a small batch
+itself), the flusher thread, the write of one batch under the cross-process lock
+with its one sync, and the lease each write checks first and a thread renews.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from .._crash import crashpoint
+from ..errors import LeaseLost, SagaUsageError, WALWriteFailed
+from ._batch import _Batch
+from ._batch import _fresh as _waiter_error
+from ._log_file import LogFile
+from ._queue import QueueWriter
+from .lease import OwnLease
+
+__all__ = ["INLINE_BATCH", "FileBatches"]
+
+#: With ``sync_on_loop``, the most records a batch may hold to be written on the
+#: event loop's thread: a lone saga's batch (its record, perhaps a ``saga_begin``
+#: submitted before it). Larger batches mean concurrent sagas, whose syncs should
+#: overlap the loop's work on the flusher thread.
+INLINE_BATCH: int = 2
+
+
+class FileBatches(QueueWriter, LogFile):
+    """Batching, flushing and the lease of the file writer (a base class of :class:`WALWriter`).
+
+    ``_pending`` holds encoded frames; ``_wanted`` is True once someone waits for
+    them; ``_writing`` while a batch is being written (one at a time, in order);
+    ``_kicks`` the event loops with a hand-off scheduled; ``_io_lock`` guards
+    ``_fd`` between the flusher and ``exclusive()``; ``_deadline`` is when the
+    lease stops being trusted (monotonic).
+    """
+
+    _pending: list[bytes]
+    _wanted: bool
+    _kicks: set[asyncio.AbstractEventLoop]
+    _loop_handoff: bool
+    _sync_on_loop: bool
+    _writing: bool
+    _io_lock: threading.Lock
+    _lease: OwnLease
+    _lease_seconds: float
+    _margin: float
+    _deadline: float
+
+    # ------------------------------------------------------------------ enqueue side
+
+    def _enqueue(
+        self,
+        data: bytes,
+        fut: asyncio.Future[None] | None,
+        loop: asyncio.AbstractEventLoop | None,
+        block: bool = True,
+        waited: bool = True,
+        lead: bool = False,
+        kick: bool = False,
+    ) -> _Batch:
+        if self._defunct:
+            raise SagaUsageError(
+                "this WAL writer belongs to the parent process; call open_writer() in the child"
+            )
+        with self._lock:
+            if self._closing or self._fenced:
+                self._raise_unusable()
+            if len(self._pending) >= self._limit:
+                self._wait_for_room(block)
+            self._pending.append(data)
+            batch = self._current
+            if waited:
+                self._wanted = True
+            else:
+                batch.unwaited = True
+            if fut is not None and loop is not None:
+                self._add_waiter(batch, fut, loop)
+            if lead and not self._writing:
+                self._take_batch_locked()
+                batch.leader = threading.get_ident()
+            elif self._flusher_idle and waited:
+                if kick and loop is not None and self._loop_handoff:
+                    if loop not in self._kicks:
+                        self._kicks.add(loop)
+                        loop.call_soon(self._kick, loop)
+                else:
+                    self._wake_flusher_locked()
+            return batch
+
+    def _lead_inline(self, data: bytes) -> _Batch | None:
+        """``sync_on_loop``: write ``data`` (and what is pending) on this thread now.
+
+        Returns the written batch, or None when another batch is being written or
+        too much is pending (then the caller queues ``data`` as usual).
+        """
+        with self._lock:
+            if (
+                self._writing
+                or self._closing
+                or self._fenced
+                or self._defunct
+                or len(self._pending) >= INLINE_BATCH
+            ):
+                return None
+            self._pending.append(data)
+            self._wanted = True
+            batch = self._take_batch_locked()
+            batch.leader = threading.get_ident()
+        self._write_and_complete(batch)
+        return batch
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Runs on ``loop`` after the callbacks that were ready with the first record:
+        # every record they appended meanwhile goes to the flusher in this one wake-up
+        # or, with sync_on_loop and a small batch, is written right here.
+        with self._lock:
+            self._kicks.discard(loop)
+            if not (self._flusher_idle and not self._writing and self._flush_due_locked()):
+                return
+            if not self._sync_on_loop or len(self._pending) > INLINE_BATCH or self._defunct:
+                self._wake_flusher_locked()
+                return
+            batch = self._take_batch_locked()
+            batch.leader = threading.get_ident()
+        self._write_and_complete(batch)  # blocks this loop for one write + sync
+
+    def _wake_flusher_locked(self) -> None:
+        self._flusher_idle = False
+        self.stats.wakeups += 1
+        self._cond.notify()
+
+    def _flush_due_locked(self) -> bool:
+        # Called holding self._lock: does the flusher have a batch to write now?
+        # Pending records are written once someone waits for them, a submitter waits
+        # for room, or the writer closes; never merely because they exist.
+        return bool(self._pending) and (self._wanted or self._blocked > 0 or self._closing)
+
+    def _flush_target(self) -> _Batch | None:
+        with self._lock:
+            if self._pending:
+                self._wanted = True
+                if self._flusher_idle:
+                    self._wake_flusher_locked()  # submitted records wait for no one else
+                return self._current
+            return self._inflight
+
+    def _fresh(self, err: BaseException) -> BaseException:
+        return _waiter_error(err, self.path)
+
+    # ------------------------------------------------------------------ flusher side
+
+    def _run_flusher(self) -> None:
+        while True:
+            with self._lock:
+                while self._writing or not self._flush_due_locked():
+                    if self._closing and not self._pending and not self._writing:
+                        return
+                    self._flusher_idle = True
+                    self._cond.wait()
+                self._flusher_idle = False
+                batch = self._take_batch_locked()
+            self._write_and_complete(batch)
+
+    def _take_batch_locked(self) -> _Batch:
+        # Called holding self._lock: the caller becomes the one writer of this batch.
+        batch = self._current
+        batch.frames, self._pending, self._current = self._pending, [], _Batch()
+        self._wanted = False
+        self._inflight = batch
+        self._writing = True
+        if self._blocked:
+            self._room.notify_all()
+        return batch
+
+    def _write_and_complete(self, batch: _Batch) -> None:
+        try:
+            batch.error = self._write_batch(batch.frames)
+        finally:
+            batch.frames = []
+            self._complete(batch)
+
+    def _write_batch(self, frames: list[bytes]) -> BaseException | None:
+        data = b"".join(frames)
+        try:
+            self._plock.acquire()
+            locked = True
+            self._io_lock.acquire()
+            try:
+                self._ensure_lease_locked()
+                crashpoint("wal.before_write")
+                self._write_locked(data)
+                crashpoint("wal.after_write")
+                # Other processes may append while we fsync: fsync covers our bytes either way.
+                self._plock.release()
+                locked = False
+                self._sync()
+                crashpoint("wal.after_fsync")
+                self.stats.fsyncs += 1
+                self.stats.batches += 1
+                self.stats.records_written += len(frames)
+                self.stats.bytes_written += len(data)
+            finally:
+                self._io_lock.release()
+                if locked:
+                    self._plock.release()
+        except LeaseLost as exc:
+            self.stats.failed_batches += 1
+            return exc
+        except Exception as exc:  # OSError, or anything a custom seam raises
+            self.stats.failed_batches += 1
+            err = WALWriteFailed(
+                f"writing {len(frames)} record(s) to {self.path} failed ({exc!r}); "
+                "they are not durable",
+                path=self.path,
+            )
+            err.__cause__ = exc
+            return err
+        return None
+
+    def _batch_done_locked(self) -> None:
+        self._writing = False
+        if self._closing or self._flush_due_locked():
+            self._wake_flusher_locked()
+
+    # ------------------------------------------------------------------ lease
+
+    def _ensure_lease_locked(self) -> None:
+        # Called holding the process lock, before every write.
+        if self._fenced:
+            raise self._lease_lost()
+        if time.monotonic() > self._deadline and not self._renew_locked():
+            raise self._lease_lost()
+
+    def _renew_locked(self) -> bool:
+        start = time.monotonic()
+        if not self._lease.renew():
+            self._fenced = True
+            with self._lock:
+                self._room.notify_all()
+            return False
+        self._deadline = start + self._lease_seconds - self._margin
+        return True
+
+    def _run_renewer(self) -> None:
+        interval = self._lease_seconds / 3
+        while not self._stop.wait(interval):
+            if not self._io.renewals.is_set():
+                continue
+            with self._plock:
+                if self._stop.is_set():
+                    return
+                try:
+                    if not self._renew_locked():
+                        return
+                except OSError:
+                    pass  # transient: the flusher renews before writing once the deadline passes

@@ -1,0 +1,292 @@
+"""How each record type changes the views it touches, and when a saga's detail goes.
+
+A base class of :class:`~agent_saga.wal.state.SagaFold`, which checks a record
+(:mod:`agent_saga.wal._record_schema`), finds the saga it belongs to and calls the
+transition :data:`APPLY` or :data:`UNSCOPED` names for its type. The rules are those
+of :mod:`agent_saga.wal.state` (``docs/log-format.md`` §2 is normative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from . import records as r
+from .views import (
+    Anomaly,
+    ApprovalView,
+    ClaimView,
+    EscalationView,
+    RetryView,
+    SagaView,
+    StepView,
+)
+
+__all__ = ["APPLY", "MAX_ANOMALIES", "UNSCOPED", "FoldTransitions"]
+
+MAX_ANOMALIES: Final = 1000
+"""How many anomalies are kept in detail; :attr:`SagaFold.anomaly_count` counts all."""
+
+
+class FoldTransitions:
+    """The per-type transitions and the memory control of a fold (set up by :class:`SagaFold`).
+
+    Transitions take ``(view, record, offset, ts)`` (or, for records of no one saga,
+    ``(record, offset, ts)``) and never raise on a record that passed the schema.
+    """
+
+    _forget: bool
+    _bounded: bool
+    _keep_resolved: bool
+    _keep_approvals: bool
+    _on_settled: Callable[[SagaView], None] | None
+    _live: dict[str, SagaView]
+    _ended: dict[str, SagaView]
+    _summaries: dict[str, tuple[str, float | None]]
+    _escalations: dict[str, EscalationView]
+    _approvals: dict[str, ApprovalView]
+    _retries: dict[str, RetryView]
+    _saga_approvals: dict[str, list[str]]
+    anomalies: list[Anomaly]
+    anomaly_count: int
+    repairs: list[dict[str, Any]]
+
+    def _begin(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        v.name, v.owner, v.started, v.begun = rec["name"], rec["owner"], ts, True
+
+    def _step(self, v: SagaView, rec: Mapping[str, Any], off: int) -> StepView:
+        n: int = rec["step"]
+        s = v.steps.get(n)
+        if s is None:
+            s = v.steps[n] = StepView(n, first_offset=off)
+        s.last_offset = off
+        return s
+
+    def _gate(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        s.tool, s.semantics, s.gate_decision = rec["tool"], rec["semantics"], rec["decision"]
+        if not s.attempt_states:
+            s.state = "refused" if rec["decision"] == "refused" else "gated"
+
+    def _intent(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        a: int = rec["attempt"]
+        s.tool, s.semantics, s.kwargs = rec["tool"], rec["semantics"], rec["kwargs"]
+        s.idempotency_key = rec["idempotency_key"]
+        s.resolver = rec.get("resolver")
+        s.idempotent = rec.get("idempotent") is True
+        if s.gate_decision is None and rec.get("approved_by"):
+            s.gate_decision = "approved"  # an automatic approval has no gate record
+        if "preimage" in rec:
+            s.preimage = rec["preimage"]
+        if a not in s.attempt_states:
+            s.attempts += 1
+        s.attempt_states[a], s.attempt_offsets[a] = "intent", off
+        self._forward_changed(s)
+
+    def _committed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        s.handler, s.compensation_kwargs, s.token = rec["handler"], rec["kwargs"], rec["token"]
+        invalid = rec.get("invalid")
+        s.invalid = invalid if isinstance(invalid, str) else None
+        s.attempt_states[rec["attempt"]], s.attempt_offsets[rec["attempt"]] = "committed", off
+        if s.order is None:
+            s.order, v._finished = v._finished, v._finished + 1
+        self._forward_changed(s)
+
+    def _forward_failed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        a = rec["attempt"]
+        s.attempt_states[a], s.attempt_offsets[a] = rec["outcome"], off
+        s.error = rec["error"]
+        self._forward_changed(s)
+
+    @staticmethod
+    def _forward_changed(s: StepView) -> None:
+        # Undo progress (compensating...) is never overwritten by a late forward record.
+        if s.state in ("gated", "refused", "intent", "committed", "no_effect", "unknown"):
+            s.state = s._derive_forward_state()
+
+    def _undo(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        s = self._step(v, rec, off)
+        rtype = rec["type"]
+        s.token = rec["token"]
+        if not v.terminal and v.status in ("running", "recovering"):
+            v.status = "rolling_back"
+        if rtype == r.COMPENSATING:
+            if s.state != "compensated":
+                s.state = "compensating"
+        elif rtype == r.COMPENSATED:
+            s.state, s.compensated_by, s.final_failure = "compensated", rec["by"], False
+        else:
+            s.error, s.final_failure = rec["error"], rec["final"]
+            if s.state != "compensated":
+                s.state = "compensation_failed"
+
+    def _escalated(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        eid: str = rec["escalation"]
+        step = rec["step"]
+        self._escalations[eid] = EscalationView(
+            eid, v.saga_id, step, rec["reason"], rec["by"], off, ts
+        )
+        if eid not in v.escalations:
+            v.escalations.append(eid)
+        if step is not None:
+            s = self._step(v, rec, off)
+            s.escalation = eid
+            if s.state != "compensated":
+                s.state = "escalated"
+
+    def _claim(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        v.claims.append(ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts))
+        if v.status == "running":
+            v.status = "recovering"
+
+    def _end(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        if v.terminal:
+            return
+        v.outcome = v.status = rec["outcome"]
+        v.ended, v.ended_by = ts, rec["by"]
+        self._live.pop(v.saga_id, None)
+        for rid in self._saga_approvals.get(v.saga_id, ()):
+            a = self._approvals.get(rid)
+            if a is not None:
+                a.saga_ended = True  # nobody waits for an answer any more
+        if self._forget and not (self._on_settled is not None and self._open_for(v)):
+            self._settle(v)
+        else:
+            self._ended[v.saga_id] = v  # held: an open escalation may still change it
+
+    def _resolve(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        e = self._escalations.get(rec["escalation"])
+        if e is None:
+            self._anomaly(off, "malformed", f"resolution of unknown escalation {rec['escalation']}")
+            return
+        e.resolved, e.note, e.resolved_by = True, rec["note"], rec["by"]
+        e.resolved_ts, e.resolved_offset = ts, off
+        retry = self._retries.pop(e.escalation, None)
+        if retry is not None and retry.outcome is None:
+            retry.outcome = "resolved"
+        held = self._ended.get(e.saga_id)
+        if held is not None and self._forget and not self._open_for(held):
+            del self._ended[e.saga_id]
+            self._settle(held)  # nothing open any more: it can no longer change
+        elif self._forgotten(e.saga_id) and not self._keep_resolved:
+            del self._escalations[e.escalation]
+
+    def _approval_requested(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        saga_id: str = rec["saga"]
+        rid: str = rec["request"]
+        if saga_id in self._summaries:
+            self._anomaly(off, "after_end", f"approval request {rid} after saga_end of {saga_id}")
+            return
+        # A repeated request (same saga and step) starts over: the waiter only
+        # reads decisions recorded after its own request.
+        self._approvals[rid] = ApprovalView(
+            rid,
+            saga_id,
+            rec["step"],
+            rec["tool"],
+            rec["semantics"],
+            rec["kwargs"],
+            float(rec["expires"]),
+            rec["by"],
+            off,
+            ts,
+            saga_name=rec.get("name"),
+            saga_ended=saga_id in self._ended,
+        )
+        ids = self._saga_approvals.setdefault(saga_id, [])
+        if rid not in ids:
+            ids.append(rid)
+
+    def _retry(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        eid: str = rec["escalation"]
+        e = self._escalations.get(eid)
+        if e is None or e.resolved:
+            self._anomaly(off, "malformed", f"retry of an unknown or resolved escalation {eid}")
+            return
+        e.retry = self._retries[eid] = RetryView(
+            eid, rec["saga"], rec["step"], rec["note"], rec["by"], off, ts
+        )
+
+    def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
+        if rec["type"] == r.TAIL_REPAIRED:
+            self.repairs.append(dict(rec))
+
+    def _approval_decided(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        a = self._approvals.get(rec["request"])
+        if a is None:
+            if not self._forgotten(rec["saga"]):  # forgotten with its saga: nothing to do
+                self._anomaly(off, "malformed", f"decision of unknown request {rec['request']}")
+            return
+        if a.decided:
+            return  # the first decision wins
+        a.decision, a.decided_by, a.note = rec["decision"], rec["by"], rec["note"]
+        a.decided_ts, a.decided_offset = ts, off
+
+    # -- memory control -----------------------------------------------------------
+
+    def _open_for(self, v: SagaView) -> bool:
+        """Whether ``v`` has an open escalation (a retry or re-escalation may follow)."""
+        for eid in v.escalations:
+            e = self._escalations.get(eid)
+            if e is not None and not e.resolved:
+                return True
+        return False
+
+    def _forgotten(self, saga_id: str) -> bool:
+        """Whether the saga's detail was dropped (bounded mode: any saga not held)."""
+        if saga_id in self._summaries:
+            return True
+        return self._bounded and saga_id not in self._live and saga_id not in self._ended
+
+    def _settle(self, v: SagaView) -> None:
+        if self._on_settled is not None:
+            self._on_settled(v)
+        self._drop_detail(v)
+
+    def _drop_detail(self, v: SagaView) -> None:
+        if not self._bounded:
+            self._summaries[v.saga_id] = (v.status, v.ended)
+        if not self._keep_resolved:
+            for eid in v.escalations:
+                e = self._escalations.get(eid)
+                if e is not None and e.resolved:
+                    del self._escalations[eid]
+        rids = self._saga_approvals.pop(v.saga_id, ())
+        if not self._keep_approvals:
+            for rid in rids:
+                self._approvals.pop(rid, None)
+
+    def _anomaly(self, offset: int, kind: str, detail: str) -> None:
+        self.anomaly_count += 1
+        if len(self.anomalies) < MAX_ANOMALIES:
+            self.anomalies.append(Anomaly(offset, kind, detail))
+
+
+APPLY: Final = {
+    r.SAGA_BEGIN: FoldTransitions._begin,
+    r.GATE: FoldTransitions._gate,
+    r.INTENT: FoldTransitions._intent,
+    r.COMMITTED: FoldTransitions._committed,
+    r.FORWARD_FAILED: FoldTransitions._forward_failed,
+    r.COMPENSATING: FoldTransitions._undo,
+    r.COMPENSATED: FoldTransitions._undo,
+    r.COMPENSATION_FAILED: FoldTransitions._undo,
+    r.ESCALATED: FoldTransitions._escalated,
+    r.CLAIM: FoldTransitions._claim,
+    r.SAGA_END: FoldTransitions._end,
+}
+# Records that do not belong to one saga's view (they never create a SagaView).
+UNSCOPED: Final = {
+    r.ESCALATION_RESOLVED: FoldTransitions._resolve,
+    r.APPROVAL_REQUESTED: FoldTransitions._approval_requested,
+    r.APPROVAL_DECIDED: FoldTransitions._approval_decided,
+    r.ESCALATION_RETRY: FoldTransitions._retry,
+    r.LOG_HEADER: FoldTransitions._log_meta,
+    r.TAIL_REPAIRED: FoldTransitions._log_meta,
+}
+assert set(APPLY) | set(UNSCOPED) == r.RECORD_TYPES
+assert not set(APPLY) & set(UNSCOPED)

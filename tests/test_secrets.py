@@ -1,16 +1,14 @@
 """Behaviour of the secret scanner, redaction and credential references.
 
-Every credential-shaped fixture is built by concatenation from a fixed filler, so
-this file contains no string that a secret scanner would flag.
+The fixtures (``secret_fixtures.py``) are built by concatenation from a fixed filler,
+so no test file contains a string that a secret scanner would flag.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import re
-import uuid
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -22,220 +20,17 @@ from hypothesis import strategies as st
 import agent_saga.secrets as secrets_module
 from agent_saga.errors import GateRefused, SagaUsageError, SecretInKwargs
 from agent_saga.secrets import CredentialRef, Finding, assert_no_secrets, find_secrets, redact
-
-_ALNUM = "aB3dE5gH7jK9mN1pQ2rS4tU6vW8xY0zC"
-_HEX = "0a1b2c3d4e5f6789"
-_B64 = "aB3/dE5+gH7jK9mN1pQ2"
-
-
-def fill(n: int, alphabet: str = _ALNUM) -> str:
-    """A deterministic, non-secret run of ``n`` characters from ``alphabet``."""
-    return (alphabet * (n // len(alphabet) + 1))[:n]
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-# (fixture id, the full value, the secret part that must never be echoed, expected kind)
-SHAPED: list[tuple[str, str, str, str]] = [
-    ("stripe-live", "sk_" + "live_" + fill(24), fill(24), "Stripe secret key"),
-    ("stripe-test", "sk_" + "test_" + fill(24), fill(24), "Stripe secret key"),
-    ("stripe-restricted-live", "rk_" + "live_" + fill(24), fill(24), "Stripe restricted key"),
-    ("stripe-restricted-test", "rk_" + "test_" + fill(24), fill(24), "Stripe restricted key"),
-    ("stripe-webhook", "whsec" + "_" + fill(32), fill(32), "Stripe webhook secret"),
-    ("openai-legacy", "sk" + "-" + fill(48), fill(48), "OpenAI API key"),
-    ("openai-project", "sk" + "-proj-" + fill(64), fill(64), "OpenAI API key"),
-    ("anthropic", "sk" + "-ant-api03-" + fill(80), fill(80), "Anthropic API key"),
-    ("github-ghp", "gh" + "p_" + fill(36), fill(36), "GitHub token"),
-    ("github-gho", "gh" + "o_" + fill(36), fill(36), "GitHub token"),
-    ("github-ghu", "gh" + "u_" + fill(36), fill(36), "GitHub token"),
-    ("github-ghs", "gh" + "s_" + fill(36), fill(36), "GitHub token"),
-    ("github-ghr", "gh" + "r_" + fill(36), fill(36), "GitHub token"),
-    ("github-fine-grained", "github" + "_pat_" + fill(82), fill(82), "GitHub token"),
-    ("slack-bot", "xo" + "xb-" + "1234-" + fill(24), fill(24), "Slack token"),
-    ("slack-user", "xo" + "xp-" + "1234-" + fill(24), fill(24), "Slack token"),
-    ("slack-app-level", "xo" + "xa-" + "2-" + fill(24), fill(24), "Slack token"),
-    ("slack-app", "xa" + "pp-1-" + fill(24), fill(24), "Slack token"),
-    (
-        "slack-webhook",
-        "https://hooks." + "slack.com/services/T0000/B0000/" + fill(24),
-        fill(24),
-        "Slack webhook URL",
-    ),
-    (
-        "aws-access-key-id",
-        "AK" + "IA" + fill(16, "ABCDEFGHIJKLMNOP234567"),
-        "",
-        "AWS access key id",
-    ),
-    ("aws-session-key-id", "AS" + "IA" + fill(16, "QRSTUVWXYZ234567"), "", "AWS access key id"),
-    ("google-api-key", "AI" + "za" + fill(35), fill(35), "Google API key"),
-    ("google-oauth-secret", "GOCSPX" + "-" + fill(28), fill(28), "Google OAuth client secret"),
-    ("google-oauth-token", "ya" + "29." + fill(60), fill(60), "Google OAuth access token"),
-    ("gitlab", "gl" + "pat-" + fill(20), fill(20), "GitLab token"),
-    ("twilio", "S" + "K" + fill(32, _HEX), fill(32, _HEX), "Twilio API key"),
-    ("sendgrid", "S" + "G." + fill(22) + "." + fill(43), fill(43), "SendGrid API key"),
-    ("npm", "np" + "m_" + fill(36), fill(36), "npm token"),
-    ("pypi", "py" + "pi-AgEI" + fill(60), fill(60), "PyPI token"),
-    ("huggingface", "h" + "f_" + fill(34), fill(34), "Hugging Face token"),
-    (
-        "azure-storage",
-        "DefaultEndpointsProtocol=https;AccountName=acme;Account" + "Key=" + fill(40) + ";",
-        fill(40),
-        "password in a connection string",
-    ),
-    (
-        "ado-connection-string",
-        "Server=db;User Id=app;Pass" + "word=" + fill(12) + ";",
-        fill(12),
-        "password in a connection string",
-    ),
-    (
-        "odbc-pwd",
-        "DRIVER={x};UID=app;P" + "WD=" + fill(12),
-        fill(12),
-        "password in a connection string",
-    ),
-    (
-        "pwd-query-parameter",
-        "https://x.example/login?user=a&pw" + "d=" + fill(12),
-        fill(12),
-        "password in a connection string",
-    ),
-    (
-        "url-credentials",
-        "postgres://app:" + fill(12) + "@db.internal:5432/app",
-        fill(12),
-        "URL with embedded credentials",
-    ),
-    (
-        "url-password-only",
-        "redis://:" + fill(12) + "@cache:6379/0",
-        fill(12),
-        "URL with embedded credentials",
-    ),
-    ("bearer", "Bear" + "er " + fill(40), fill(40), "Bearer token"),
-    ("bearer-header", "Authorization: Bear" + "er " + fill(40), fill(40), "Bearer token"),
-    (
-        "basic",
-        "Bas" + "ic " + b64("svc:" + fill(12)),
-        b64("svc:" + fill(12)),
-        "Basic auth credentials",
-    ),
-    (
-        "jwt",
-        "ey" + "J" + b64('{"alg":"HS256"}').rstrip("=") + ".ey" + "JzdWIiOiIxIn0." + fill(43),
-        fill(43),
-        "JWT",
-    ),
-    (
-        "pem-rsa",
-        "-----BEGIN " + "RSA PRIVATE KEY-----\n" + fill(64) + "\n-----END RSA PRIVATE KEY-----",
-        fill(64),
-        "PEM private key",
-    ),
-    (
-        "pem-pkcs8",
-        "-----BEGIN " + "PRIVATE KEY-----\n" + fill(64) + "\n-----END PRIVATE KEY-----\n",
-        fill(64),
-        "PEM private key",
-    ),
-    (
-        "pem-openssh",
-        "-----BEGIN " + "OPENSSH PRIVATE KEY-----\n" + fill(64),
-        fill(64),
-        "PEM private key",
-    ),
-    (
-        "pem-encrypted",
-        "-----BEGIN " + "ENCRYPTED PRIVATE KEY-----\n" + fill(64),
-        fill(64),
-        "PEM private key",
-    ),
-    (
-        "secret-inside-prose",
-        "charge failed for key " + "sk_" + "live_" + fill(24) + " at 10:02",
-        fill(24),
-        "Stripe secret key",
-    ),
-]
-
-SECRET_KEYS = [
-    "password",
-    "passwd",
-    "pwd",
-    "secret",
-    "client_secret",
-    "api_key",
-    "apikey",
-    "APIKey",
-    "X-Api-Key",
-    "access_token",
-    "accessToken",
-    "refresh_token",
-    "token",
-    "auth",
-    "authorization",
-    "Authorization",
-    "private_key",
-    "credentials",
-    "session_id",
-    "sessionId",
-    "SESSIONID",
-    "cookie",
-    "Set-Cookie",
-    "dbPassword",
-    "DB_PASSWORD",
-    "userpasswd",
-    "clientSecret",
-    "aws_secret_access_key",
-    "passphrase",
-    "webhook_secret",
-    "signing_key",
-]
-
-INNOCENT_KWARGS: list[tuple[str, dict[str, Any]]] = [
-    ("stripe-object-ids", {"charge": "ch_123", "customer": "cus_abc", "account": "acct_1"}),
-    ("payment-intent-id", {"payment_intent": "pi_" + fill(24)}),
-    ("publishable-key", {"publishable_key": "pk_" + "live_" + fill(24)}),
-    ("uuid", {"request_id": str(uuid.UUID(int=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0))}),
-    ("bare-prefixes", {"a": "sk_", "b": "sk_test_", "c": "sk-", "d": "eyJ", "e": "AKIA"}),
-    ("short-words", {"currency": "usd", "note": "hi", "status": "ok"}),
-    ("numbers-under-secret-keys", {"token_count": 5, "token": 123, "password": 0.5}),
-    ("token-count", {"token_count": "5", "max_tokens": "1024", "input_tokens": "12"}),
-    ("idempotency-key", {"idempotency_key": "saga-3f2a9c-step-1-attempt-2"}),
-    ("credential-ref-name", {"credential_ref": "stripe_prod"}),
-    ("password-reset-flag", {"password_reset_required": True, "password_changed_at": "2024-01-01"}),
-    ("token-type", {"token_type": "bearer", "auth_type": "oauth", "oauth": "enabled"}),
-    ("pagination-tokens", {"next_page_token": "abc123def456", "page_token": "CAEQAA"}),
-    ("secret-metadata", {"secret_name": "prod/stripe", "secret_arn_ref": "x", "author": "alice"}),
-    ("empty-or-null-secrets", {"password": "", "api_key": None, "token": "   "}),
-    ("masked", {"password": "********", "api_key": "<redacted:Stripe secret key>"}),
-    ("hex-digest", {"sha256": fill(64, _HEX)}),
-    ("long-base64-blob", {"attachment": fill(400, _B64)}),
-    (
-        "plain-urls",
-        {"url": "https://api.stripe.com/v1/charges?limit=3", "u": "https://user@h.io/x"},
-    ),
-    ("ssh-remote", {"remote": "git@github.com:org/repo.git", "email": "a.b@example.com"}),
-    ("prose-with-keywords", {"note": "Bearer tokens expire; basic information about the order"}),
-    ("word-continuations", {"job": "task_live_stream_" + fill(12), "sku": "desk-lamp-" + fill(40)}),
-    ("boolean-conn-values", {"query": "reset_password=true&pwd=none"}),
-    ("masked-url", {"dsn": "postgres://app:****@db.internal/app"}),
-    (
-        "code-and-template-stand-ins",
-        {
-            "content": "password = get_password()\nconnect(user=u, password=self.password)",
-            "template": "Server={host};Password={pw};",
-            "env": "DB_PWD=$DB_PWD",
-            "doc": "postgres://user:<password>@host/db or scheme://user:password@host",
-        },
-    ),
-    ("credential-ref", {"api_key": CredentialRef("stripe_prod")}),
-    ("credential-ref-json", {"api_key": {"$credential_ref": "stripe_prod"}}),
-    ("unknown-objects", {"when": object(), "path": Path("/tmp/x")}),
-]
+from secret_fixtures import (
+    B64,
+    CORPUS,
+    INNOCENT_KWARGS,
+    KV,
+    QUERY,
+    SECRET_KEYS,
+    SHAPED,
+    Specimen,
+    fill,
+)
 
 
 def _windows(secret: str, size: int = 5) -> list[str]:
@@ -272,7 +67,7 @@ def test_error_never_contains_the_secret(value: str, secret: str) -> None:
 
 
 def test_aws_secret_key_is_detected_only_under_an_aws_key() -> None:
-    aws_secret = fill(40, _B64)
+    aws_secret = fill(40, B64)
     assert find_secrets({"aws_key": aws_secret}) == [
         Finding("kwargs['aws_key']", "AWS secret access key")
     ]
@@ -314,6 +109,38 @@ def test_a_dict_key_that_is_itself_a_secret_is_detected_without_spelling_it() ->
 def test_ordinary_values_are_not_flagged(kwargs: dict[str, Any]) -> None:
     assert find_secrets(kwargs) == []
     assert_no_secrets(kwargs)
+
+
+# The keys a dict may not hold a string under, and keys that only mention a secret word.
+_NOT_SECRET_KEYS = [
+    "token_type", "token_count", "max_tokens", "password_reset_required", "idempotency_key",
+    "credential_ref", "secret_name", "author", "oauth", "page_token", "next_page_token",
+    "sort_key", "monkey", "keys", "signature", "code", "key", "id", "user_id",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", SECRET_KEYS)
+@pytest.mark.parametrize("line", ["{k}: {v}", '"{k}": "{v}"', "{k}:{v}", "  - {k}: '{v}'"])
+def test_a_key_value_line_in_a_string_is_judged_by_the_dict_key_rule(key: str, line: str) -> None:
+    text = "config follows\n" + line.format(k=key, v=fill(12)) + "\nend"
+    assert find_secrets({"doc": text}) == [Finding("kwargs['doc']", KV)]
+
+
+@pytest.mark.parametrize("key", _NOT_SECRET_KEYS)
+def test_a_key_value_line_whose_key_only_mentions_a_secret_word_is_not_flagged(key: str) -> None:
+    for line in ("{k}: {v}", '"{k}": "{v}"', "{k}={v}", "export {k}={v}", "{k} = '{v}'"):
+        assert find_secrets(line.format(k=key, v=fill(12))) == [], line
+
+
+@pytest.mark.parametrize("specimen", CORPUS, ids=[s.id for s in CORPUS])
+def test_every_corpus_specimen_is_found_and_redact_removes_each_of_its_secrets(
+    specimen: Specimen,
+) -> None:
+    assert find_secrets({"doc": specimen.text}) != []
+    clean = redact(specimen.text)
+    for secret in specimen.secrets:
+        assert secret not in clean
+    assert_no_secrets(clean)
 
 
 # ---------------------------------------------------------------------- paths, errors
@@ -391,7 +218,7 @@ def test_cyclic_structure_is_a_usage_error_not_a_crash() -> None:
 def test_long_strings_without_secrets_scan_in_linear_time() -> None:
     # A quadratic branch (scheme-like runs, "://" lookbehinds) would take minutes here.
     assert find_secrets({"blob": "a" * 200_000 + "://" + "b" * 200_000}) == []
-    assert find_secrets({"blob": fill(400_000, _B64)}) == []
+    assert find_secrets({"blob": fill(400_000, B64)}) == []
 
 
 # ---------------------------------------------------------------------------- redact
@@ -411,6 +238,21 @@ def test_redact_keeps_the_context_around_an_embedded_secret() -> None:
     )
     assert redact("postgres://app:" + fill(12) + "@db/app") == (
         "postgres://<redacted:URL with embedded credentials>@db/app"
+    )
+
+
+def test_redact_keeps_the_key_of_a_key_value_line_and_removes_only_its_value() -> None:
+    secret = fill(40, B64)
+    env = "AWS_REGION=eu-west-1\nAWS_SECRET" + "_ACCESS_KEY=" + secret + "\nDEBUG=1"
+    assert redact(env) == (f"AWS_REGION=eu-west-1\nAWS_SECRET_ACCESS_KEY=<redacted:{KV}>\nDEBUG=1")
+    doc = '{"client_id": "app-42", "client' + '_secret": "' + fill(40) + '"}'
+    assert redact(doc) == f'{{"client_id": "app-42", "client_secret": "<redacted:{KV}>"}}'
+
+
+def test_redact_keeps_a_url_and_its_other_query_parameters() -> None:
+    url = "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&si" + "g=" + fill(43)
+    assert redact(url + "%3D&x=1") == (
+        f"https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=<redacted:{QUERY}>&x=1"
     )
 
 

@@ -8,17 +8,20 @@ Code that needs a secret passes a :class:`CredentialRef` instead and resolves it
 at use time with the resolver installed by
 ``agent_saga.connectors.set_credential_resolver``.
 
-How a value is judged (``docs/secrets.md`` has the full pattern table; the shapes,
-key-name rules and their compiled regexes live in ``agent_saga._secret_patterns``):
+How a value is judged (``docs/secrets.md`` has the full pattern table; the shapes
+live in ``agent_saga._secret_shapes``, the key-name rules in ``_secret_keys``, the
+prefilters and the key cache in ``_secret_patterns``):
 
 * **by shape** — one precompiled regex per known credential format (Stripe, OpenAI,
   Anthropic, GitHub, Slack, AWS, Google, GitLab, Twilio, SendGrid, npm, PyPI,
   Hugging Face, JWTs, PEM private keys, ``Bearer``/``Basic`` values, passwords in
-  connection strings and URLs). A single prefilter regex made of the formats'
-  literal anchors (``sk_live_``, ``eyJ``, ``://`` ...) runs first and clears almost
-  every ordinary string; strings shorter than ``_MIN_SCAN_LEN`` skip even that, and
-  long strings take the trigger prefilter instead (one literal-prefix regex per rare
-  character, same verdicts: ``docs/secrets.md`` "Performance").
+  connection strings and URLs, the value of a ``KEY=value`` / ``KEY: value`` whose
+  KEY is secret-looking, credential parameters of a URL's query such as ``sig=``).
+  A single prefilter regex made of the formats' literal anchors (``sk_live_``,
+  ``eyJ``, ``://``, ``=`` after a secret-looking key ...) runs first and clears
+  almost every ordinary string; strings shorter than ``_MIN_SCAN_LEN`` skip even
+  that, and long strings take the trigger prefilter instead (one literal-prefix regex
+  per trigger character, same verdicts: ``docs/secrets.md`` "Performance").
 * **by key** — any non-empty string under a secret-looking key (``password``,
   ``client_secret``, ``X-Api-Key``, ``dbPassword`` ...). Numbers and booleans under
   such keys are fine; so are keys that merely *mention* a secret word
@@ -34,23 +37,23 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ._secret_keys import _AWS, _PLAIN, _SECRET, _SHAPED
 from ._secret_patterns import (
-    _AWS,
-    _AWS_SECRET_KIND,
-    _AWS_SECRET_RX,
     _KEY_CACHE,
-    _KEY_KIND,
-    _KIND,
-    _MIN_SCAN_LEN,
-    _PLAIN,
-    _SECRET,
-    _SHAPED,
-    _is_placeholder,
     _key_class,
     _key_shape_kind,
     _shape_kind,
     _shape_matches,
     _str_kind,
+)
+from ._secret_shapes import (
+    _AWS_SECRET_KIND,
+    _AWS_SECRET_RX,
+    _KEY_KIND,
+    _KIND,
+    _MIN_SCAN_LEN,
+    _is_placeholder,
+    _secret_span,
 )
 from .errors import SagaUsageError, SecretInKwargs
 
@@ -254,9 +257,10 @@ def _redact_str(text: str, ctx: int) -> str:
         out: list[str] = []
         pos = 0
         for name, m in matches:
-            out.append(text[pos : m.start()])
+            start, end = _secret_span(m)  # a key or a URL before the secret stays
+            out.append(text[pos:start])
             out.append(f"<redacted:{_KIND[name]}>")
-            pos = m.end()
+            pos = end
         out.append(text[pos:])
         return "".join(out)
     if ctx == _AWS and _AWS_SECRET_RX.fullmatch(text):

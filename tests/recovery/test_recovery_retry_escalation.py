@@ -41,37 +41,40 @@ def _daemon_without_import(world) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _forgotten_import(world) -> list[dict]:
-    crashed = world.agent(items=["a", "b"], crash="step.after_commit", skip=1)
+def _forgotten_import(world, items: tuple[str, ...] = ("a", "b")) -> list[dict]:
+    crashed = world.agent(items=list(items), crash="step.after_commit", skip=len(items) - 1)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     world.wait_leases_expired()
     assert _daemon_without_import(world).returncode == 0
     listed = _cli(world, "escalations", "--json")
     assert listed.returncode == 0, listed.stderr
     escalations = json.loads(listed.stdout)
-    assert [e["reason"].startswith("handler not registered") for e in escalations] == [True] * 2
+    assert [e["reason"].startswith("handler not registered") for e in escalations] == [True] * len(
+        items
+    )
     return escalations
 
 
 def test_a_retried_escalation_is_compensated_once_after_the_import_is_fixed(world):
-    escalations = _forgotten_import(world)
+    escalations = _forgotten_import(world, ("a", "b", "c"))
     assert world.calls() == []
-    for esc in escalations:
+    # The operator asks oldest step first; one pass undoes them as a rollback would.
+    for esc in sorted(escalations, key=lambda e: e["step"]):
         asked = _cli(world, "escalations", "retry", esc["escalation"], "--note", "added --import")
         assert asked.returncode == 0, asked.stderr
         assert "retry of" in asked.stdout
 
     fixed = world.recoveryd("--once")
     assert fixed.returncode == 0, fixed.stderr
-    assert sorted(world.effects()) == ["a", "b"]
-    assert sorted(world.calls()) == ["a", "b"], "each compensation ran once"
+    assert sorted(world.effects()) == ["a", "b", "c"]
+    assert world.calls() == ["c", "b", "a"], "each ran once, the newest step first"
     assert _cli(world, "escalations", "--json").stdout.strip() == "[]", "resolved by the daemon"
     everything = json.loads(_cli(world, "escalations", "--all", "--json").stdout)
     assert all("retried at the request of" in e["note"] for e in everything)
 
     again = world.recoveryd("--once")
     assert again.returncode == 0
-    assert sorted(world.calls()) == ["a", "b"], "a second pass does nothing"
+    assert world.calls() == ["c", "b", "a"], "a second pass does nothing"
 
 
 def test_two_daemons_racing_on_a_retry_compensate_once(world):

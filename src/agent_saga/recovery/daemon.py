@@ -205,7 +205,7 @@ class RecoveryDaemon:
             if self._stop.is_set():
                 break
             self._consider(view.saga_id)
-        for retry in self._fold.pending_retries():
+        for retry in self._unwind_order(self._fold.pending_retries()):
             if self._stop.is_set():
                 break
             self._carry_out(retry)
@@ -449,6 +449,37 @@ class RecoveryDaemon:
                 )
         finally:
             self._lock.release(saga_id, token)
+
+    def _unwind_order(self, retries: list[RetryView]) -> list[RetryView]:
+        """Pending retries grouped by saga (oldest request first), each saga's newest-first.
+
+        An operator may ask to retry a saga's escalated steps in any order; they are
+        undone as the rollback would have undone them: steps still in flight at the
+        end first, then the step that committed last first. A saga-level escalation
+        (no step) comes after its steps.
+        """
+        by_saga: dict[str, list[RetryView]] = {}
+        for retry in retries:  # oldest request first: dicts keep the first saga's place
+            by_saga.setdefault(retry.saga_id, []).append(retry)
+        ordered: list[RetryView] = []
+        for saga_id, group in by_saga.items():
+            if len(group) > 1:
+                view = _saga_detail(self._store, saga_id, self._encryptor)
+                steps = {} if view is None else view.steps
+
+                def newest_first(
+                    r: RetryView, steps: dict[int, StepView] = steps
+                ) -> tuple[int, int]:
+                    s = None if r.step is None else steps.get(r.step)
+                    if s is None:
+                        return (2, 0)  # saga-level, or a step the log no longer holds
+                    if s.order is None:
+                        return (0, -s.step)  # never committed: it was in flight, the newest
+                    return (1, -s.order)
+
+                group.sort(key=newest_first)
+            ordered.extend(group)
+        return ordered
 
     def _refuse_retry(self, retry: RetryView, why: str) -> None:
         reason = f"retry requested by {retry.requested_by}, not done: {why}"

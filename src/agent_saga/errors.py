@@ -100,6 +100,11 @@ class MissingExtra(SagaUsageError):
     Raised by connectors, adapters, network locks and the PostgreSQL log when their
     package cannot be imported (``pip install 'sagaops-agent-saga[EXTRA]'``).
 
+    Args:
+        message: What is missing and the ``pip install`` command that provides it.
+        extra: The extra to install.
+        package: The module that could not be imported.
+
     Attributes:
         extra: The extra to install (``pip install 'sagaops-agent-saga[EXTRA]'``).
         package: The missing import.

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CONNECTOR_OUTPUT",
+    "CONNECTOR_SECTIONS",
     "DOCS_SECTIONS",
     "EXAMPLE_OUTPUT",
     "HERE",
@@ -33,6 +35,14 @@ DOCS_SECTIONS = {
 }
 #: What every documented example prints (the README's LangGraph snippet too).
 EXAMPLE_OUTPUT = "rolled back: the model provider went down - refunded: ['ch_cus_1']"
+
+#: Adapter module -> the sub-section of its framework's section whose example charges
+#: with the Stripe connector from a tool (docs/adapters.md).
+CONNECTOR_SECTIONS = {
+    module: f"{heading} tool charging with Stripe" for module, heading in DOCS_SECTIONS.items()
+}
+#: What every connector example prints; the refund itself is checked in localstripe.
+CONNECTOR_OUTPUT = "rolled back: the model provider went down"
 
 #: What the frameworks read at import or run time (no telemetry, no network).
 QUIET_ENV = {

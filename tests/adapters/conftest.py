@@ -1,4 +1,4 @@
-"""Fixtures of the adapter tests: a private $HOME, the ledger, the WAL and how to read it."""
+"""Fixtures of the adapter tests: a private $HOME, the ledger, the WAL, localstripe."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from adapters_support import QUIET_ENV
+
+from stripe_rig import LocalStripe, run_localstripe
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +33,21 @@ def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     if "agents" in sys.modules:
         sys.modules["agents"].set_tracing_disabled(True)
     return
+
+
+@pytest.fixture(scope="session")
+def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStripe]:
+    """localstripe on 127.0.0.1 for the connector examples (``tests/stripe_rig.py``)."""
+    pytest.importorskip("localstripe")
+    with run_localstripe(tmp_path_factory.mktemp("stripe-home")) as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_stripe(localstripe: LocalStripe) -> LocalStripe:
+    """localstripe emptied for this test: every PaymentIntent in it is the test's."""
+    localstripe.flush()
+    return localstripe
 
 
 @pytest.fixture

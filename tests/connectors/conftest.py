@@ -3,13 +3,10 @@ localstripe in a subprocess, the Salesforce fake in a thread."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the fakes beside this file
 
 from fixture_values import SF_TOKEN, STRIPE_TEST_KEY  # noqa: E402
+
+from stripe_rig import LocalStripe, run_localstripe  # noqa: E402
 
 
 def _pg_server() -> str:
@@ -58,84 +57,24 @@ def pg(pg_dsn: str) -> Iterator[object]:
         yield c
 
 
-# ---- Stripe: localstripe in a subprocess -----------------------------------------------
-
-
-@dataclass
-class LocalStripe:
-    """The running localstripe: its base URL and an SDK client for counting effects."""
-
-    base: str
-    home: str
-
-    def client(self) -> Any:
-        import stripe
-
-        return stripe.StripeClient(STRIPE_TEST_KEY, base_addresses={"api": self.base})
-
-    def refunds(self, charge: str) -> list[Any]:
-        """The refunds Stripe holds for ``charge`` (a ``ch_…`` id)."""
-        return list(self.client().v1.refunds.list(params={"charge": charge}).data)
-
-    def fail_next(self, path: str) -> None:
-        """Make the next POST to ``path`` take effect, then answer 500."""
-        import urllib.request
-
-        req = urllib.request.Request(f"{self.base}/_test/fail_next?path={path}", method="POST")
-        with urllib.request.urlopen(req, timeout=10) as answer:
-            assert answer.status == 204
-
-    def card(self, number: str = "4242424242424242") -> str:
-        """A fresh ``pm_…`` for the card ``number`` (4000000000000341 is declined)."""
-        card = {"number": number, "exp_month": 12, "exp_year": 2030, "cvc": "123"}
-        pm = self.client().v1.payment_methods.create(params={"type": "card", "card": card})
-        return str(pm.id)
+# ---- Stripe: localstripe in a subprocess (tests/stripe_rig.py) ----------------------
 
 
 @pytest.fixture(scope="session")
 def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStripe]:
     """localstripe (with the idempotency / already-refunded shim) on 127.0.0.1."""
     pytest.importorskip("localstripe")
-    home = tmp_path_factory.mktemp("stripe-home")
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "stripe_server.py")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "HOME": str(home), "TMPDIR": str(home)},
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            err = proc.stderr.read() if proc.stderr else ""
-            raise RuntimeError(f"localstripe did not start: {err}")
-        port = json.loads(line)["port"]
-        yield LocalStripe(f"http://127.0.0.1:{port}", str(home))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    with run_localstripe(tmp_path_factory.mktemp("stripe-home")) as server:
+        yield server
 
 
 @pytest.fixture
 def stripe_env(localstripe: LocalStripe, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStripe]:
     """A cleared localstripe; this process points the connector at it and resolves the
     ``stripe`` reference."""
-    import urllib.request
-
     from agent_saga.connectors import _stripe_io, set_credential_resolver
 
-    flush = urllib.request.Request(f"{localstripe.base}/_config/data", method="DELETE")
-    with urllib.request.urlopen(flush, timeout=10) as answer:
-        assert answer.status == 200
-
+    localstripe.flush()
     monkeypatch.setenv("HOME", localstripe.home)
     monkeypatch.setenv("STRIPE_API_BASE", localstripe.base)
     monkeypatch.setitem(_stripe_io._settings, "api_base", None)  # restored afterwards

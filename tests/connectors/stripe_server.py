@@ -1,6 +1,6 @@
 """localstripe on 127.0.0.1 with what real Stripe does and localstripe lacks.
 
-    python stripe_server.py          # prints "port N" once it listens, serves until killed
+    python stripe_server.py          # prints {"port": N} once it listens; serves until killed
 
 Run as a subprocess by the ``localstripe`` fixture, so that the test process, agent
 children and ``saga-recoveryd`` children all talk to one Stripe. The middleware adds:
@@ -155,6 +155,9 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    # Listening before the port is announced: a request sent the moment the line is
+    # read waits in the backlog until the app serves it, instead of being refused.
+    sock.listen(128)
     print(json.dumps({"port": sock.getsockname()[1]}), flush=True)
     web.run_app(server.app, sock=sock, print=None, access_log=None, handle_signals=True)
 

@@ -62,6 +62,10 @@ class InvalidTarget(SagaUsageError):
     Raised before any side effect: an unknown table, column, sObject or field, a
     field that is not writable, or a key that matches no row or several rows.
 
+    Args:
+        message: What is wrong, in words a human can act on.
+        target: What was looked for.
+
     Attributes:
         target: What was looked for (``"public.orders"``, ``"Contact.Email"``).
     """
@@ -73,6 +77,12 @@ class InvalidTarget(SagaUsageError):
 
 class ServiceError(SagaError):
     """A service answered a request with an error (translated at the boundary).
+
+    Args:
+        message: What happened (redacted: never a credential).
+        service: The service that answered.
+        code: The vendor's error code, if it sent one.
+        http_status: The HTTP status, for HTTP services.
 
     Attributes:
         service: ``"stripe"``, ``"postgres"`` or ``"salesforce"``.
@@ -96,11 +106,23 @@ class ServiceError(SagaError):
 
 
 class ServiceRejected(ServiceError):
-    """The service refused the request, or it never reached the service: no effect."""
+    """The service refused the request, or it never reached the service: no effect.
+
+    Args:
+        message: What happened (redacted).
+        service: The service that answered.
+        code: The vendor's error code, if it sent one.
+        http_status: The HTTP status, for HTTP services.
+    """
 
 
 class PaymentDeclined(ServiceRejected):
     """The card issuer declined the payment (Stripe ``card_declined``): nothing was charged.
+
+    Args:
+        message: What happened (redacted).
+        decline_code: Stripe's ``decline_code``, if it sent one.
+        **kw: :class:`ServiceError`'s ``service``, ``code`` and ``http_status``.
 
     Attributes:
         decline_code: Stripe's ``decline_code`` (``insufficient_funds`` ...), if sent.
@@ -117,11 +139,23 @@ class ServiceOutcomeUnknown(ServiceError):
     Raised by a tool's forward call; the step's outcome is then UNKNOWN and its resolver
     decides on rollback (if it cannot, the step is escalated and the rollback reports
     :class:`agent_saga.OutcomeUnknown`).
+
+    Args:
+        message: What happened (redacted).
+        service: The service that answered (or did not).
+        code: The vendor's error code, if it sent one.
+        http_status: The HTTP status, for HTTP services (None: no answer).
     """
 
 
 class TargetChanged(ConcurrentWriteDetected):
     """The row or record is not in the state this step left it in; it is not overwritten.
+
+    Args:
+        message: What was found; the diff is appended to it.
+        target: The row or record.
+        diff: Field -> ``{"expected": ..., "found": ...}``.
+        saga_id: The saga whose compensation found the change, when known.
 
     Attributes:
         target: The row or record (``"public.orders(id=7)"``, ``"Contact/003..."``).

@@ -76,6 +76,11 @@ RESOLVER = "files.resolve"
 class FileChangedConcurrently(ConcurrentWriteDetected):
     """A file changed since this step touched it; restoring would destroy that change.
 
+    Args:
+        message: What changed.
+        path: The file.
+        saga_id: The saga whose compensation found the change, when known.
+
     Attributes:
         path: The file.
     """

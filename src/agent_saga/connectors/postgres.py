@@ -316,7 +316,15 @@ async def update_row_async(
 ) -> dict[str, Any]:
     """:func:`update_row` for ``async with saga(...)`` (psycopg's async connection).
 
-    Args, Returns, Raises: as for :func:`update_row`.
+    Args:
+        database: libpq connection string without a password, or a CredentialRef.
+        table: The table.
+        key: Column -> value that matches exactly one row.
+        values: Column -> new value.
+        schema: The table's schema.
+        password: Optional CredentialRef for the password.
+
+    Returns, Raises: as for :func:`update_row`.
     """
     _preflight("update_row_async", database, password, schema, table, key=key, values=values)
     core = await run_async(database, password, Q.prepare_update(schema, table, key, values))
@@ -370,7 +378,14 @@ async def insert_row_async(
 ) -> dict[str, Any]:
     """:func:`insert_row` for ``async with saga(...)``.
 
-    Args, Returns, Raises: as for :func:`insert_row`.
+    Args:
+        database: See :func:`update_row`.
+        table: The table.
+        values: Column -> value.
+        schema: The table's schema.
+        password: Optional CredentialRef for the password.
+
+    Returns, Raises: as for :func:`insert_row`.
     """
     _preflight("insert_row_async", database, password, schema, table, values=values)
     core = await run_async(database, password, Q.prepare_insert(schema, table, values))
@@ -423,7 +438,14 @@ async def delete_row_async(
 ) -> dict[str, Any]:
     """:func:`delete_row` for ``async with saga(...)``.
 
-    Args, Returns, Raises: as for :func:`delete_row`.
+    Args:
+        database: See :func:`update_row`.
+        table: The table.
+        key: Column -> value matching exactly one row.
+        schema: The table's schema.
+        password: Optional CredentialRef for the password.
+
+    Returns, Raises: as for :func:`delete_row`.
     """
     _preflight("delete_row_async", database, password, schema, table, key=key)
     core = await run_async(database, password, Q.prepare_delete(schema, table, key))
@@ -478,7 +500,15 @@ async def upsert_row_async(
 ) -> dict[str, Any]:
     """:func:`upsert_row` for ``async with saga(...)``.
 
-    Args, Returns, Raises: as for :func:`upsert_row`.
+    Args:
+        database: See :func:`update_row`.
+        table: The table.
+        key: Column -> value (the primary key, for the insert case).
+        values: Column -> new value.
+        schema: The table's schema.
+        password: Optional CredentialRef for the password.
+
+    Returns, Raises: as for :func:`upsert_row`.
     """
     _preflight("upsert_row_async", database, password, schema, table, key=key, values=values)
     if await run_async(database, password, Q.row_exists(schema, table, key)):

@@ -41,9 +41,12 @@ kept). Keys expire after 24 hours, so a step older than 23 hours is undecided
 
 Configuration: the API key is a :class:`CredentialRef` (never in the log), resolved
 at use time by the resolver installed with ``set_credential_resolver`` — in the agent
-and in the daemon (``saga-recoveryd --import yourapp.credentials``). The API base URL
-comes from :func:`configure` or ``STRIPE_API_BASE`` in *this process*, never from the
-log, so a tampered log cannot send the key elsewhere.
+and in the daemon (``saga-recoveryd --import yourapp.credentials --import
+agent_saga.connectors.stripe``: importing this module registers ``stripe.refund`` and
+``stripe.resolve``). The API base URL comes from :func:`configure` or
+``STRIPE_API_BASE`` in *this process*, never from the log, so a tampered log cannot
+send the key elsewhere. Called from a framework's tool (LangGraph, CrewAI ...), see
+``docs/adapters.md``, "Connectors in a framework's tools".
 """
 
 from __future__ import annotations
@@ -163,7 +166,14 @@ async def refund_async(
 ) -> str:
     """:func:`refund` without blocking the event loop (used by async sagas in-process).
 
-    Args, Returns, Raises: as for :func:`refund`.
+    Args:
+        api_key: CredentialRef of the Stripe secret key.
+        charge: The charge (``ch_…``), or
+        payment_intent: the PaymentIntent (``pi_…``).
+        amount: Refund this much (minor units); default: what is left of the charge.
+        idempotency_key: The step's recovery token.
+
+    Returns, Raises: as for :func:`refund`.
     """
     _check_refund(charge, payment_intent, amount, api_key)
     protocol = _refund_protocol(charge, payment_intent, amount, idempotency_key)
@@ -369,7 +379,16 @@ async def create_charge_async(
 ) -> dict[str, Any]:
     """:func:`create_charge` for ``async with saga(...)`` (the SDK's async client).
 
-    Args, Returns, Raises: as for :func:`create_charge`.
+    Args:
+        amount: In the currency's minor unit (cents).
+        currency: ISO code, e.g. ``"eur"``.
+        source: A payment source (``pm_…``, ``card_…``, ``src_…``).
+        api_key: CredentialRef of the Stripe secret key.
+        customer: Optional customer id.
+        description: Optional description.
+        metadata: Optional str -> str metadata (``agent_saga_step`` is added).
+
+    Returns, Raises: as for :func:`create_charge` (the dict itself, awaited).
     """
     kw = _check(
         "create_charge_async",
@@ -442,7 +461,16 @@ async def create_payment_intent_async(
 ) -> dict[str, Any]:
     """:func:`create_payment_intent` for ``async with saga(...)``.
 
-    Args, Returns, Raises: as for :func:`create_payment_intent`.
+    Args:
+        amount: In the currency's minor unit.
+        currency: ISO code.
+        payment_method: ``pm_…`` (e.g. ``pm_card_visa`` in test mode).
+        api_key: CredentialRef of the Stripe secret key.
+        customer: Optional customer id.
+        description: Optional description.
+        metadata: Optional str -> str metadata.
+
+    Returns, Raises: as for :func:`create_payment_intent`.
     """
     kw = _check(
         "create_payment_intent_async",

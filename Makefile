@@ -37,9 +37,13 @@ demo: $(VENV)/.installed-base
 	$(BIN)/python examples/demo.py
 
 # scripts/testenv starts the services the suite needs (installing Debian packages
-# when missing and run as root), runs pytest with them, and stops them.
+# when missing and run as root), runs pytest with them, and stops them. The suite runs
+# on PYTEST_WORKERS pytest-xdist workers (0: in this process, one test at a time);
+# every test keeps its state in its own temporary directory, database or key space,
+# so any split is safe. The seconds per test directory are printed at the end.
+PYTEST_WORKERS ?= 2
 test: $(VENV)/.installed-dev
-	$(BIN)/python scripts/testenv run -- $(BIN)/python -m pytest
+	$(BIN)/python scripts/testenv run -- $(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 
 # Each framework extra alone, at the newest versions its range allows (what a user's
 # `pip install` gets today; the test environment pins older ones so that all five

@@ -34,6 +34,41 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped under CI=true, which must not happen: {report.longrepr}"
 
 
+# ---- where the suite's time goes: printed at the end of every run (`make test`) ----------
+
+_DIR_TIMES: dict[str, list[float]] = {}
+
+
+def _directory_of(nodeid: str) -> str:
+    parts = nodeid.split("::", 1)[0].split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else "tests (top level)"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration (setup, call, teardown) to its test directory's total."""
+    entry = _DIR_TIMES.setdefault(_directory_of(report.nodeid), [0.0, 0.0])
+    entry[0] += report.duration
+    if report.when == "call":
+        entry[1] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the seconds spent per test directory, slowest first.
+
+    With ``-n`` (pytest-xdist) the reports reach this process from the workers, so
+    the totals are the sum over workers: more than the wall time the run took.
+    """
+    if not _DIR_TIMES:
+        return
+    total = sum(t for t, _ in _DIR_TIMES.values())
+    terminalreporter.write_sep("=", "seconds per test directory (setup + call + teardown)")
+    for name, (seconds, count) in sorted(_DIR_TIMES.items(), key=lambda kv: -kv[1][0]):
+        terminalreporter.write_line(
+            f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {int(count):5d} tests  {name}"
+        )
+    terminalreporter.write_line(f"{total:8.1f} s  in all")
+
+
 #: How to get each service a test may need (``scripts/testenv`` sets these variables).
 SERVICE_HINTS: dict[str, str] = {
     "AGENT_SAGA_TEST_PG": "run `make test`, or `.venv/bin/python scripts/testenv run --only "

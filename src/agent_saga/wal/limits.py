@@ -1,0 +1,447 @@
+"""Limit usage derived from the log: declarations, reservations and their accounting.
+
+A ``Budget`` or ``RateLimit`` (``agent_saga.limits``) compiles to a :class:`LimitSpec`,
+plain data the log layer can judge by. A metered step reserves in its own ``intent``
+record (``reserve``: ``[{limit, key, amount, period}]``); nothing is written to
+release or settle a reservation: its state follows the step's records
+(``docs/log-format.md`` §12.2, ``docs/governance.md``):
+
+========================================  ===========================================
+step's records                            the reservation
+========================================  ===========================================
+``intent`` only (in flight, dangling)     held
+``forward_failed`` ``no_effect``          released
+``forward_failed`` ``unknown``            held until resolved
+``committed``                             consumed
+``compensated`` ``outcome: no_effect``    released (a resolver proved no effect)
+``compensated``                           consumed; credited back when the limit is net
+========================================  ===========================================
+
+:class:`UsageFold` applies records one at a time (pure, no I/O) and answers "how much
+of this meter is used in the window that contains ``now``?" and "may these
+reservations be admitted together?". Memory follows the meters and the reservations
+inside their windows, not the log: entries are pruned once their window has passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+from zoneinfo import ZoneInfo
+
+__all__ = [
+    "CALENDARS",
+    "LIMIT_CARRY",
+    "LIMIT_DECLARED",
+    "LimitSpec",
+    "Overrun",
+    "Usage",
+    "UsageFold",
+]
+
+LIMIT_DECLARED: Final = "limit_declared"
+LIMIT_CARRY: Final = "limit_carry"
+CALENDARS: Final = ("day", "month")
+
+HELD: Final = "held"
+CONSUMED: Final = "consumed"
+RELEASED: Final = "released"
+CREDITED: Final = "credited"
+_COUNTED: Final = frozenset({HELD, CONSUMED})
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSpec:
+    """A limit as the log judges it: what, how much, over which window.
+
+    Attributes:
+        name: The limit's name (unique per log; a meter is a name and a key).
+        kind: ``"budget"`` (sums an argument) or ``"rate"`` (counts calls).
+        max: The most a meter may hold plus consume within one window.
+        window: Sliding window length in seconds, or None for a calendar window.
+        calendar: ``"day"`` or ``"month"`` for a calendar window, else None.
+        tz: The calendar's IANA time zone (``"UTC"``, ``"Europe/Paris"``).
+        net: Whether a compensation credits its step's use back.
+        arg: The metered argument of a budget (None for a rate).
+        key: How meters are keyed: ``"global"``, ``"arg:<name>"`` or
+            ``"callable:<qualified name>"``.
+    """
+
+    name: str
+    kind: Literal["budget", "rate"]
+    max: float
+    window: float | None = None
+    calendar: str | None = None
+    tz: str = "UTC"
+    net: bool = False
+    arg: str | None = None
+    key: str = "global"
+
+    @property
+    def digest(self) -> str:
+        """16 hex of the sha256 of the canonical definition: equal definitions, equal digest."""
+        canonical = json.dumps(self.definition(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def definition(self) -> dict[str, Any]:
+        """The definition's fields as logged in ``limit_declared`` (without who and when)."""
+        window: dict[str, Any] = (
+            {"seconds": self.window}
+            if self.window is not None
+            else {"calendar": self.calendar, "tz": self.tz}
+        )
+        return {
+            "limit": self.name,
+            "kind": self.kind,
+            "max": self.max,
+            "window": window,
+            "arg": self.arg,
+            "key": self.key,
+            "net": self.net,
+        }
+
+    def declaration(self, by: str, ts: float) -> dict[str, Any]:
+        """The ``limit_declared`` record of this definition."""
+        return {
+            "type": LIMIT_DECLARED,
+            **self.definition(),
+            "digest": self.digest,
+            "by": by,
+            "ts": ts,
+        }
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> LimitSpec:
+        """Read a ``limit_declared`` record back; ValueError when it is malformed."""
+        window = rec.get("window")
+        if not isinstance(window, Mapping):
+            raise ValueError("limit_declared without a window")
+        kind = rec.get("kind")
+        if kind not in ("budget", "rate"):
+            raise ValueError(f"limit_declared of unknown kind {kind!r}")
+        spec = cls(
+            name=str(rec["limit"]),
+            kind=kind,
+            max=float(rec["max"]),
+            window=None if window.get("seconds") is None else float(window["seconds"]),
+            calendar=window.get("calendar"),
+            tz=str(window.get("tz") or "UTC"),
+            net=bool(rec.get("net", False)),
+            arg=rec.get("arg"),
+            key=str(rec.get("key", "global")),
+        )
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        """Raise ValueError naming what is wrong with this definition."""
+        if not self.name:
+            raise ValueError("a limit needs a name")
+        if isinstance(self.max, bool) or not isinstance(self.max, int | float):
+            raise ValueError(f"limit {self.name!r}: the maximum must be a number")
+        if not math.isfinite(self.max) or self.max < 0:
+            raise ValueError(f"limit {self.name!r}: the maximum must be finite and >= 0")
+        if (self.window is None) == (self.calendar is None):
+            raise ValueError(f"limit {self.name!r}: give a window in seconds or a calendar")
+        if self.window is not None and (not math.isfinite(self.window) or self.window <= 0):
+            raise ValueError(f"limit {self.name!r}: the window must be > 0 seconds")
+        if self.calendar is not None:
+            if self.calendar not in CALENDARS:
+                raise ValueError(
+                    f"limit {self.name!r}: calendar must be one of {', '.join(CALENDARS)}"
+                )
+            _zone(self.tz)  # raises on an unknown time zone
+
+    def period(self, ts: float) -> str | None:
+        """The calendar period holding ``ts`` (``"2026-12-02"``, ``"2026-12"``), or None."""
+        if self.calendar is None:
+            return None
+        local = datetime.fromtimestamp(ts, _zone(self.tz))
+        return local.strftime("%Y-%m-%d" if self.calendar == "day" else "%Y-%m")
+
+    def counts_at(self, entry_ts: float, entry_period: str | None, now: float) -> bool:
+        """Whether a use made at ``entry_ts`` (in ``entry_period``) counts at ``now``."""
+        if self.window is not None:
+            return now - self.window < entry_ts <= now + _CLOCK_SLACK
+        return entry_period == self.period(now)
+
+
+_CLOCK_SLACK: Final = 300.0  # a writer's clock a little ahead still counts (fail closed)
+_ZONES: dict[str, ZoneInfo] = {}
+
+
+def _zone(name: str) -> ZoneInfo:
+    zone = _ZONES.get(name)
+    if zone is None:
+        try:
+            zone = ZoneInfo(name)
+        except (KeyError, ValueError) as exc:  # ZoneInfoNotFoundError is a KeyError
+            raise ValueError(f"unknown time zone {name!r} (an IANA name such as 'UTC')") from exc
+        _ZONES[name] = zone
+    return zone
+
+
+@dataclass(slots=True)
+class _Entry:
+    ts: float
+    amount: float
+    period: str | None
+    state: str = HELD
+
+
+@dataclass(slots=True)
+class _Meter:
+    entries: list[_Entry] = field(default_factory=list)
+    newest: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One meter's use in the window that holds ``now``.
+
+    Attributes:
+        limit / key: The meter.
+        used: Consumed by committed steps (net of credits for a net limit).
+        held: Reserved by steps in flight or with an unknown outcome.
+        max: The limit.
+        period: The calendar period, or None for a sliding window.
+    """
+
+    limit: str
+    key: str | None
+    used: float
+    held: float
+    max: float
+    period: str | None
+
+    @property
+    def remaining(self) -> float:
+        """What may still be reserved in this window."""
+        return max(0.0, self.max - self.used - self.held)
+
+
+@dataclass(frozen=True, slots=True)
+class Overrun:
+    """Why a set of reservations was refused: the first limit it would exceed.
+
+    Attributes:
+        usage: The meter's use before the refused call.
+        requested: What the call asked to reserve.
+        window: The window in words (``"24h sliding"``, ``"day in Europe/Paris"``).
+    """
+
+    usage: Usage
+    requested: float
+    window: str
+
+    def as_record(self) -> dict[str, Any]:
+        """The ``limit`` field of the refusal's ``gate`` record."""
+        u = self.usage
+        return {
+            "name": u.limit,
+            "key": u.key,
+            "window": self.window,
+            "period": u.period,
+            "used": u.used,
+            "held": u.held,
+            "requested": self.requested,
+            "max": u.max,
+        }
+
+    def reason(self) -> str:
+        """One line a human can act on."""
+        u = self.usage
+        key = "" if u.key is None else f" for {u.key}"
+        return (
+            f"limit {u.limit!r}{key} ({self.window}): {_num(u.used)} used and {_num(u.held)} "
+            f"held in flight of {_num(u.max)}; this call asks {_num(self.requested)}"
+        )
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def window_words(spec: LimitSpec) -> str:
+    """A limit's window in words, for messages and the ``limits`` command."""
+    if spec.window is not None:
+        seconds = spec.window
+        for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+            if seconds >= size and seconds % size == 0:
+                return f"{seconds / size:g}{unit} sliding"
+        return f"{seconds:g}s sliding"
+    return f"{spec.calendar} in {spec.tz}"
+
+
+class UsageFold:
+    """Every meter's reservations, folded from the log's records (pure, incremental).
+
+    ``apply`` takes records in log order. ``usage`` and ``admit`` judge at a given
+    ``now`` (the writer's clock under the append lock). Declarations: the latest
+    ``limit_declared`` of a name is the log's definition of it; a gate also judges by
+    its own definition, and admits only what both allow (fail closed).
+    """
+
+    def __init__(self) -> None:
+        """An empty fold: no declarations, no meters."""
+        self.declared: dict[str, LimitSpec] = {}
+        self.digests: set[str] = set()
+        self._meters: dict[tuple[str, str | None], _Meter] = {}
+        # (saga, step) -> its attempts' entries: [(attempt, meter key, entry)]
+        self._steps: dict[tuple[str, int], list[tuple[int, tuple[str, str | None], _Entry]]] = {}
+        self.anomalies = 0
+        self._applied = 0
+
+    # ---- applying records ---------------------------------------------------------------
+
+    def apply(self, rec: Mapping[str, Any]) -> None:
+        """Fold one record (any type; those that do not concern limits are ignored)."""
+        rtype = rec.get("type")
+        try:
+            if rtype == "intent":
+                if rec.get("reserve"):
+                    self._reserve(rec)
+            elif rtype == "forward_failed":
+                if rec.get("outcome") == "no_effect":
+                    self._settle(rec, RELEASED, attempt=rec.get("attempt"))
+            elif rtype == "committed":
+                self._settle(rec, CONSUMED, attempt=rec.get("attempt"))
+            elif rtype == "compensated":
+                if rec.get("outcome") == "no_effect":
+                    self._settle(rec, RELEASED, attempt=None, only=HELD)
+                else:
+                    self._credit(rec)
+            elif rtype == LIMIT_DECLARED:
+                spec = LimitSpec.from_record(rec)
+                self.declared[spec.name] = spec
+                self.digests.add(spec.digest)
+            elif rtype == LIMIT_CARRY:
+                self._carry(rec)
+        except (KeyError, TypeError, ValueError):
+            self.anomalies += 1  # a malformed record never raises; reservations stay counted
+        self._applied += 1
+        if self._applied % 4096 == 0:
+            self.prune(float(rec.get("ts") or 0.0))
+
+    def _reserve(self, rec: Mapping[str, Any]) -> None:
+        ts = float(rec["ts"])
+        step_key = (str(rec["saga"]), int(rec["step"]))
+        attempt = int(rec.get("attempt", 1))
+        held = self._steps.setdefault(step_key, [])
+        for r in rec["reserve"]:
+            meter = (str(r["limit"]), None if r.get("key") is None else str(r["key"]))
+            entry = _Entry(ts, float(r["amount"]), r.get("period"))
+            m = self._meters.setdefault(meter, _Meter())
+            m.entries.append(entry)
+            m.newest = max(m.newest, ts)
+            held.append((attempt, meter, entry))
+
+    def _settle(
+        self, rec: Mapping[str, Any], state: str, *, attempt: Any, only: str | None = None
+    ) -> None:
+        entries = self._steps.get((str(rec["saga"]), int(rec["step"])))
+        for att, _meter, entry in entries or ():
+            if attempt is not None and att != int(attempt):
+                continue
+            if only is not None and entry.state != only:
+                continue
+            if entry.state == HELD:
+                entry.state = state
+
+    def _credit(self, rec: Mapping[str, Any]) -> None:
+        entries = self._steps.get((str(rec["saga"]), int(rec["step"])))
+        for _att, meter, entry in entries or ():
+            if entry.state != CONSUMED:
+                continue  # only what committed is compensated; an unknown attempt stays held
+            spec = self.declared.get(meter[0])
+            if spec is not None and spec.net:
+                entry.state = CREDITED
+
+    def _carry(self, rec: Mapping[str, Any]) -> None:
+        meter = (str(rec["limit"]), None if rec.get("key") is None else str(rec["key"]))
+        m = self._meters.setdefault(meter, _Meter())
+        for ts, amount in rec["used"]:
+            m.entries.append(_Entry(float(ts), float(amount), rec.get("period"), CONSUMED))
+            m.newest = max(m.newest, float(ts))
+
+    def prune(self, now: float) -> None:
+        """Drop entries no window can count any more at ``now`` or later."""
+        longest = {name: _longest_window(spec) for name, spec in self.declared.items()}
+        dead: list[tuple[str, str | None]] = []
+        for meter, m in self._meters.items():
+            horizon = longest.get(meter[0])
+            if horizon is None:
+                continue  # an undeclared limit: keep everything (fail closed)
+            m.entries = [e for e in m.entries if e.ts > now - horizon]
+            if not m.entries:
+                dead.append(meter)
+        for meter in dead:
+            del self._meters[meter]
+        for step_key in [
+            k
+            for k, v in self._steps.items()
+            if all(e.ts <= now - longest.get(mk[0], math.inf) for _a, mk, e in v)
+        ]:
+            del self._steps[step_key]
+
+    # ---- judging ----------------------------------------------------------------------
+
+    def usage(self, spec: LimitSpec, key: str | None, now: float) -> Usage:
+        """The meter ``(spec.name, key)``'s use in the window holding ``now``, by ``spec``."""
+        used = held = 0.0
+        m = self._meters.get((spec.name, key))
+        for e in m.entries if m is not None else ():
+            if e.state not in _COUNTED or not spec.counts_at(e.ts, e.period, now):
+                continue
+            if e.state == HELD:
+                held += e.amount
+            else:
+                used += e.amount
+        return Usage(spec.name, key, used, held, spec.max, spec.period(now))
+
+    def admit(
+        self, reserve: Iterable[Mapping[str, Any]], specs: Mapping[str, LimitSpec], now: float
+    ) -> Overrun | None:
+        """Whether a call's reservations all fit: None, or the first limit they exceed.
+
+        Each reservation is judged by the caller's definition (``specs``) and by the
+        log's latest declaration of the same name when it differs; a reservation of a
+        limit neither knows is refused. Two reservations of one meter add up.
+        """
+        asked: dict[tuple[str, str | None], float] = {}
+        for r in reserve:
+            meter = (str(r["limit"]), None if r.get("key") is None else str(r["key"]))
+            asked[meter] = asked.get(meter, 0.0) + float(r["amount"])
+        for (name, key), amount in asked.items():
+            judges = [s for s in (specs.get(name), self.declared.get(name)) if s is not None]
+            if not judges:
+                unknown = Usage(name, key, 0.0, 0.0, 0.0, None)
+                return Overrun(unknown, amount, "undeclared limit")
+            for spec in dict.fromkeys(judges):  # the same definition judged once
+                u = self.usage(spec, key, now)
+                if u.used + u.held + amount > spec.max:
+                    return Overrun(u, amount, window_words(spec))
+        return None
+
+    def meters(self, now: float) -> list[Usage]:
+        """Every meter of a declared limit with use in its current window, by name and key."""
+        rows: list[Usage] = []
+        for name, key in sorted(self._meters, key=lambda mk: (mk[0], mk[1] or "")):
+            spec = self.declared.get(name)
+            if spec is None:
+                continue
+            u = self.usage(spec, key, now)
+            if u.used or u.held:
+                rows.append(u)
+        return rows
+
+
+def _longest_window(spec: LimitSpec) -> float:
+    if spec.window is not None:
+        return spec.window + _CLOCK_SLACK
+    return (32.0 if spec.calendar == "month" else 2.0) * 86400.0  # a period plus its zone

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _crash
+from . import _crash, _observe
 from ._commands import (
     Append,
     AppendFenced,
@@ -58,6 +58,7 @@ __all__ = [
     "intent_record",
     "new_durable_step",
     "not_sent_record",
+    "observed",
     "refusal_protocol",
     "step_protocol",
 ]
@@ -99,6 +100,7 @@ class Step:
     unknown_attempts: list[int] = []  # noqa: RUF012 - replaced before any append
     idempotency_key = ""
     interrupted = False  # a forward call was cancelled / interrupted while in flight
+    obs: _observe.StepTrace | None = None  # set only while an observer is installed
 
     def __init__(self, step_id: int, spec: ToolSpec, scope: Scope) -> None:
         self.id = step_id
@@ -117,9 +119,30 @@ def refusal_protocol(scope: Scope, spec: ToolSpec, decision: Decision) -> Protoc
     """Record a refusal durably, then raise ``GateRefused``; nothing else happens."""
     run = scope.run
     step = Step(run.next_step_id(), spec, scope)
+    obs = _observe.observer
+    if obs is None:
+        return (yield from _refuse(run, step, decision))
+    step.obs = obs.step_started(step, (), step.kwargs)
+    return (yield from observed(step, _refuse(run, step, decision)))
+
+
+def _refuse(run: Run, step: Step, decision: Decision) -> Protocol:
     yield from run.begin_records()
     yield Append(_gate_record(run, step, decision))
     raise _refusal(run, step, decision)
+
+
+def observed(step: Step, protocol: Protocol) -> Protocol:
+    """Run ``protocol`` for an observed step, then tell the observer how it ended."""
+    trace = step.obs
+    assert trace is not None
+    try:
+        result = yield from protocol
+    except BaseException as exc:
+        trace.finish(exc)
+        raise
+    trace.finish(None)
+    return result
 
 
 def _refusal(run: Run, step: Step, decision: Decision) -> GateRefused:
@@ -168,14 +191,25 @@ def _approval(
     run: Run, scope: Scope, spec: ToolSpec, step: Step
 ) -> Generator[Command, Any, Decision]:
     """Ask the saga's approver about an IRREVERSIBLE step (fail closed on errors)."""
+    obs = _observe.observer
+    if obs is not None:
+        obs.approval_waiting(1)
     try:
-        decision = yield Approve(scope.approver, _request(run, spec, step))
+        answer = yield Approve(scope.approver, _request(run, spec, step))
     except Exception as exc:  # a broken approver must not open the gate
         return Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
-    return as_decision(decision, source=scope.approver)
+    finally:
+        if obs is not None:
+            obs.approval_waiting(-1)
+    decision = as_decision(answer, source=scope.approver)
+    if step.obs is not None:
+        step.obs.approval(decision, scope.approver)
+    return decision
 
 
 def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
+    if step.obs is not None:
+        step.obs.gate(decision)
     return {
         "type": R.GATE,
         "saga": run.id,
@@ -204,8 +238,16 @@ def step_protocol(
     :func:`intent_record`, :func:`forward_failed`, :func:`commit_record`) without
     a generator for the common case (:func:`goes_straight`).
     """
-    run = scope.run
     step = new_durable_step(scope, spec, jsonable(spec.bind(args, kwargs)))
+    if step.obs is None:
+        return (yield from _durable_step(scope, step, fn, args, kwargs))
+    return (yield from observed(step, _durable_step(scope, step, fn, args, kwargs)))
+
+
+def _durable_step(
+    scope: Scope, step: Step, fn: Callable[..., Any], args: Any, kwargs: Any
+) -> Protocol:
+    run, spec = scope.run, step.spec
 
     # The gate. Refusals and approvers' decisions are recorded as ``gate`` records;
     # a step that passed the automatic checks needs none: its intent says so.
@@ -301,6 +343,9 @@ def new_durable_step(scope: Scope, spec: ToolSpec, kwargs: dict[str, Any]) -> St
     step.durable = True
     step.unknown_attempts = []
     step.idempotency_key = R.idempotency_key(run.id, step.id)
+    obs = _observe.observer
+    if obs is not None:
+        step.obs = obs.step_started(step, (), kwargs)
     return step
 
 
@@ -333,6 +378,10 @@ def intent_record(run: Run, step: Step, attempt: int, approved_by: str) -> dict[
         intent["handler"] = spec.handler
     if step.preimage is not None:
         intent["preimage"] = step.preimage
+    if step.obs is not None:
+        trace = step.obs.attempt(attempt)
+        if trace is not None:
+            intent["trace"] = trace  # docs/log-format.md §12.1
     return intent
 
 
@@ -348,6 +397,8 @@ def forward_failed(
     spec = step.spec
     outcome = "no_effect" if spec.is_no_effect(exc) else "unknown"
     step.forward_error = exc
+    if step.obs is not None:
+        step.obs.forward_failed(exc, outcome)
     _crash.crashpoint("step.after_call_failed")
     record = {
         "type": R.FORWARD_FAILED,

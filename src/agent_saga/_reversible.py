@@ -13,8 +13,10 @@ steps with the others (:mod:`agent_saga._rollback`).
 from __future__ import annotations
 
 import functools
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _observe
 from ._engine import Step, StepState
 from ._types import ActionSemantics, Compensation
 from .errors import InvalidCompensation
@@ -60,11 +62,19 @@ def reversible_begin(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> St
                 step_id=step.id,
             )
         step.restore = restore
+    obs = _observe.observer
+    if obs is not None:
+        step.obs = obs.step_started(step, args, kwargs)
     return step
 
 
 def reversible_failed(step: Step) -> None:
-    """A REVERSIBLE call raised: if a snapshot exists, restoring it is still exact."""
+    """A REVERSIBLE call raised: if a snapshot exists, restoring it is still exact.
+
+    Called from the ``except`` block around the call (the observer reads the error).
+    """
+    if step.obs is not None:
+        step.obs.finish(sys.exc_info()[1])
     if step.restore is not None:
         step.state = StepState.UNKNOWN
         if step.scope.run.closed:
@@ -86,16 +96,24 @@ def reversible_done(step: Step, result: Any) -> Any:
         except Exception as exc:
             problem = f"compensation factory of {step.spec.name!r} raised {type(exc).__name__}"
             _keep_invalid(step, problem)
-            raise InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id) from exc
+            error = InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id)
+            if step.obs is not None:
+                step.obs.finish(error)
+            raise error from exc
         if type(comp) is not Compensation and not isinstance(comp, Compensation):
             problem = (
                 f"compensation factory of {step.spec.name!r} returned "
                 f"{type(comp).__name__}, not Compensation"
             )
             _keep_invalid(step, problem)
-            raise InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id)
+            error = InvalidCompensation(problem, saga_id=step.scope.run.id, step_id=step.id)
+            if step.obs is not None:
+                step.obs.finish(error)
+            raise error
         step.compensation = comp
     step.state = StepState.COMMITTED
+    if step.obs is not None:
+        step.obs.finish(None)
     run = step.scope.run
     if run.closed:
         _restore_late(step)

@@ -46,6 +46,7 @@ def _target(run: Run, step: Step) -> Target:
         preimage=step.preimage,
         idempotency_key=step.idempotency_key,
         may_still_land=step.interrupted,
+        trace=None if step.obs is None else step.obs.traceparent,
     )
 
 
@@ -81,7 +82,8 @@ def _undo(
         comp = Compensation(fn=step.restore) if step.restore is not None else step.compensation
         if comp is None:
             return None  # a REVERSIBLE tool without snapshot or compensation: nothing to undo
-        t = Target(run.id, step.id, step.spec.name, "in-process")
+        trace = None if step.obs is None else step.obs.traceparent
+        t = Target(run.id, step.id, step.spec.name, "in-process", trace=trace)
         error = yield from run_compensation(t, comp, policy, durable=False)
         if error is None:
             step.state = StepState.COMPENSATED

@@ -32,6 +32,7 @@ from .secrets import assert_no_secrets, redact
 from .wal import records as R
 
 if TYPE_CHECKING:
+    from ._observe import SagaTrace
     from ._tools import ToolSpec
 
 __all__ = [
@@ -166,6 +167,7 @@ class Run:
         "id",
         "inflight",
         "name",
+        "obs",
         "options",
         "reported",
         "side_effects",
@@ -189,6 +191,7 @@ class Run:
         self._next = 1
         self._log: LogBackend | None = options.log
         self._begun = False
+        self.obs: SagaTrace | None = None  # set only while an observer is installed
 
     def next_step_id(self) -> int:
         """Allocate the next step number."""
@@ -224,13 +227,16 @@ class Run:
         if self._begun:
             return None
         self._begun = True
-        return {
+        record = {
             "type": R.SAGA_BEGIN,
             "saga": self.id,
             "name": self.name,
             "owner": self.log().owner,
             "ts": time.time(),
         }
+        if self.obs is not None and self.obs.traceparent is not None:
+            record["trace"] = self.obs.traceparent  # docs/log-format.md §12.1
+        return record
 
     def end_records(self, outcome: str) -> Generator[Command, Any, None]:
         """Close the run; yield the terminal ``saga_end`` record if anything was logged."""
@@ -241,6 +247,8 @@ class Run:
     def end_record(self, outcome: str) -> dict[str, Any] | None:
         """Close the run; return its ``saga_end`` record, or None if nothing was logged."""
         self.closed = True
+        if self.obs is not None:
+            self.obs.ended(outcome)
         if not self._begun:
             return None
         return {
@@ -497,44 +505,52 @@ async def straight_step_async(
         assert_no_secrets(step_kwargs, path="kwargs")
     except SecretInKwargs:
         return await drive_async(E.step_protocol(scope, spec, fn, args, kwargs), scope.run)
-    run = scope.run
     step = E.new_durable_step(scope, spec, step_kwargs)
-    run.side_effects += 1
-    log = run.log()
-    begin = run.begin_record()
-    if begin is not None:
-        log.submit(begin)
-    call_kwargs = E.forward_kwargs(spec, step, kwargs)
-    step.attempts = 1
-    _crash.crashpoint("step.before_intent")
+    # Observed or not, one body: a try block costs nothing until something raises.
     try:
-        await log.append_async(E.intent_record(run, step, 1, "gate"))
-    except asyncio.CancelledError:
-        log.submit(E.not_sent_record(run, step, 1))
-        raise
-    _crash.crashpoint("step.after_intent")
-    task = asyncio.current_task()
-    run.forwarding.add(task)
-    try:
-        result = fn(*args, **call_kwargs)
-        if inspect.isawaitable(result):
-            result = await result
+        run = scope.run
+        run.side_effects += 1
+        log = run.log()
+        begin = run.begin_record()
+        if begin is not None:
+            log.submit(begin)
+        call_kwargs = E.forward_kwargs(spec, step, kwargs)
+        step.attempts = 1
+        _crash.crashpoint("step.before_intent")
+        try:
+            await log.append_async(E.intent_record(run, step, 1, "gate"))
+        except asyncio.CancelledError:
+            log.submit(E.not_sent_record(run, step, 1))
+            raise
+        _crash.crashpoint("step.after_intent")
+        task = asyncio.current_task()
+        run.forwarding.add(task)
+        try:
+            result = fn(*args, **call_kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            record, _ = E.forward_failed(run, step, exc, 1)  # no retry on this path
+            log.submit(record)
+            raise
+        finally:
+            run.forwarding.discard(task)
+        _crash.crashpoint("step.after_call")
+        committed, problem = E.commit_record(run, step, result, 1)
+        try:
+            await log.append_async(committed)
+        except LeaseLost:
+            await asyncio.to_thread(log.append_fenced, E.fenced_escalation(run, step, committed))
+            raise
+        _crash.crashpoint("step.after_commit")
+        if problem is not None:
+            raise problem
     except BaseException as exc:
-        record, _ = E.forward_failed(run, step, exc, 1)  # no retry on this path
-        log.submit(record)
+        if step.obs is not None:
+            step.obs.finish(exc)
         raise
-    finally:
-        run.forwarding.discard(task)
-    _crash.crashpoint("step.after_call")
-    committed, problem = E.commit_record(run, step, result, 1)
-    try:
-        await log.append_async(committed)
-    except LeaseLost:
-        await asyncio.to_thread(log.append_fenced, E.fenced_escalation(run, step, committed))
-        raise
-    _crash.crashpoint("step.after_commit")
-    if problem is not None:
-        raise problem
+    if step.obs is not None:
+        step.obs.finish(None)
     return result
 
 

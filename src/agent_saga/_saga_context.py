@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from . import _observe
 from ._rollback import commit_outcome, nothing_to_settle, rollback_protocol, settle_protocol
 from ._runtime import (
     SagaOptions,
@@ -62,6 +63,9 @@ class SagaContext:
         if self._scope is not None:
             raise SagaUsageError("this saga(...) block is already active; create a new one")
         scope = new_scope(self._options, self._options.name or default_name, is_async)
+        obs = _observe.observer
+        if obs is not None and scope.parent is None:
+            scope.run.obs = obs.saga_started(scope.run)
         self._scope = scope
         self._token = _current.set(scope)
         return scope
@@ -83,18 +87,15 @@ class SagaContext:
         tb: TracebackType | None,
     ) -> Literal[False]:
         scope = self._leave()
-        usage, exc = _check_awaited(scope, exc)
-        plan = _exit_plan(scope, exc)
-        if plan == "settle":
-            drive_sync(settle_protocol(scope), scope.run)
-        elif plan == "rollback":
-            with sigint_deferred():
-                failures = drive_sync(rollback_protocol(scope), scope.run)
-            _report_escalations(scope)
-            _raise_if_incomplete(scope, exc, failures)
-        _report_escalations(scope)
-        if usage is not None:
-            raise usage
+        trace = scope.run.obs if scope.parent is None else None
+        if trace is None:
+            return _exit_sync(scope, exc)
+        try:
+            _exit_sync(scope, exc)
+        except BaseException as err:
+            trace.finish(err)
+            raise
+        trace.finish(exc)
         return False
 
     async def __aenter__(self) -> Scope:
@@ -107,28 +108,59 @@ class SagaContext:
         tb: TracebackType | None,
     ) -> Literal[False]:
         scope = self._leave()
-        usage, exc = _check_awaited(scope, exc)
-        plan = _exit_plan(scope, exc)
-        if plan == "settle":
-            run = scope.run
-            if nothing_to_settle(scope):  # the common commit: saga_end, no generator
-                end = run.end_record(commit_outcome(run))
-                if end is not None:
-                    await run.log().append_async(end)
-            else:
-                await drive_async(settle_protocol(scope), run)
-        elif plan == "rollback":
-            failures = await shielded(_unwind(scope))
-            _report_escalations(scope)
-            _raise_if_incomplete(scope, exc, failures)
-        _report_escalations(scope)
-        if usage is not None:
-            raise usage
+        trace = scope.run.obs if scope.parent is None else None
+        if trace is None:
+            return await _exit_async(scope, exc)
+        try:
+            await _exit_async(scope, exc)
+        except BaseException as err:
+            trace.finish(err)
+            raise
+        trace.finish(exc)
         return False
 
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``fn`` so that every call runs as one saga."""
         return _decorate(fn, self._options)
+
+
+def _exit_sync(scope: Scope, exc: BaseException | None) -> Literal[False]:
+    """Leave a sync saga block: settle and commit, or roll back (``SagaContext.__exit__``)."""
+    usage, exc = _check_awaited(scope, exc)
+    plan = _exit_plan(scope, exc)
+    if plan == "settle":
+        drive_sync(settle_protocol(scope), scope.run)
+    elif plan == "rollback":
+        with sigint_deferred():
+            failures = drive_sync(rollback_protocol(scope), scope.run)
+        _report_escalations(scope)
+        _raise_if_incomplete(scope, exc, failures)
+    _report_escalations(scope)
+    if usage is not None:
+        raise usage
+    return False
+
+
+async def _exit_async(scope: Scope, exc: BaseException | None) -> Literal[False]:
+    """Leave an async saga block (``SagaContext.__aexit__``)."""
+    usage, exc = _check_awaited(scope, exc)
+    plan = _exit_plan(scope, exc)
+    if plan == "settle":
+        run = scope.run
+        if nothing_to_settle(scope):  # the common commit: saga_end, no generator
+            end = run.end_record(commit_outcome(run))
+            if end is not None:
+                await run.log().append_async(end)
+        else:
+            await drive_async(settle_protocol(scope), run)
+    elif plan == "rollback":
+        failures = await shielded(_unwind(scope))
+        _report_escalations(scope)
+        _raise_if_incomplete(scope, exc, failures)
+    _report_escalations(scope)
+    if usage is not None:
+        raise usage
+    return False
 
 
 _log = logging.getLogger("agent_saga")
@@ -143,6 +175,8 @@ def _report_escalations(scope: Scope) -> None:
             run.name,
             run.id,
             reason,
+            # The saga block was left already: SagaLogFilter could not find it.
+            extra={"saga_id": run.id, "saga_name": run.name},
         )
     run.reported = len(run.escalations)
 

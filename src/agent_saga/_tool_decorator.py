@@ -61,6 +61,7 @@ def _make_spec(
     retry: RetryPolicy | None,
     retry_on: Iterable[type[BaseException]],
     idempotent: bool,
+    trace_args: Iterable[str] = (),
 ) -> ToolSpec:
     if not isinstance(semantics, ActionSemantics):
         raise SagaUsageError(f"semantics must be an ActionSemantics member, got {semantics!r}")
@@ -88,6 +89,7 @@ def _make_spec(
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):
         signature = None
+    traced = _trace_args(trace_args, signature)
     return ToolSpec(
         name=name or getattr(fn, "__qualname__", None) or repr(fn),
         semantics=semantics,
@@ -104,7 +106,27 @@ def _make_spec(
         wants_idempotency_key=accepts_keyword(fn, "idempotency_key"),
         plain_defaults=plain_defaults(signature),
         plain_params=plain_parameters(signature),
+        trace_args=traced,
     )
+
+
+def _trace_args(names: Iterable[str], signature: inspect.Signature | None) -> tuple[str, ...]:
+    """Check ``trace_args=``: parameter names of the tool, never its idempotency key."""
+    if isinstance(names, str):
+        raise SagaUsageError("trace_args= takes an iterable of argument names, not one string")
+    out = tuple(names)
+    for name in out:
+        if not isinstance(name, str) or not name:
+            raise SagaUsageError("trace_args= names must be non-empty strings")
+        if name == "idempotency_key":
+            raise SagaUsageError("an idempotency key is never shown in traces (trace_args=)")
+        if signature is not None and name not in signature.parameters:
+            has_var_kw = any(
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+            )
+            if not has_var_kw:
+                raise SagaUsageError(f"trace_args= names {name!r}, which is not an argument")
+    return out
 
 
 def _refuse_credential_in(label: str, text: str | None) -> None:
@@ -296,6 +318,7 @@ def tool(
     retry: RetryPolicy | None = ...,
     retry_on: Iterable[type[BaseException]] = ...,
     idempotent: bool = ...,
+    trace_args: Iterable[str] = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -314,6 +337,7 @@ def tool(
     retry: RetryPolicy | None = None,
     retry_on: Iterable[type[BaseException]] = (Exception,),
     idempotent: bool = False,
+    trace_args: Iterable[str] = (),
 ) -> Any:
     """Declare a function (sync or async) as an agent tool with a typed side effect.
 
@@ -345,6 +369,9 @@ def tool(
         retry_on: Which exceptions are retried (default: any ``Exception``).
         idempotent: The service dedupes by idempotency key, so an attempt of unknown
             outcome followed by a successful one happened once.
+        trace_args: Arguments whose values traces may show (``gen_ai.tool.call.arguments``
+            when ``agent_saga.observability`` is instrumented); a value the secret
+            scanner flags is shown as ``[redacted]`` all the same. Default: none.
 
     Returns:
         The wrapped tool (or a decorator producing it).
@@ -371,6 +398,7 @@ def tool(
             retry=retry,
             retry_on=retry_on,
             idempotent=idempotent,
+            trace_args=trace_args,
         )
         return _wrap(f, spec)
 

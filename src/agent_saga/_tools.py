@@ -44,6 +44,8 @@ class ToolSpec:
         plain_params: ``(parameter names in order, how many may be given
             positionally)`` when every parameter is positional-or-keyword or
             keyword-only (lets positional calls be logged without ``Signature.bind``).
+        trace_args: Arguments whose values the tool lets traces show (``@tool(trace_args=
+            ...)``); every other argument's value stays out of every span.
     """
 
     name: str
@@ -61,6 +63,7 @@ class ToolSpec:
     wants_idempotency_key: bool = False
     plain_defaults: dict[str, Any] | None = None
     plain_params: tuple[tuple[str, ...], int] | None = None
+    trace_args: tuple[str, ...] = ()
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Return the call's arguments by parameter name, defaults applied.

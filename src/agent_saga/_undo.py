@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _crash
+from . import _crash, _observe
 from ._commands import Append, Call, Command, Protocol, Sleep, Submit
 from ._registry import accepts_keyword, get_handler
 from ._types import Compensation, Resolution, RetryPolicy
@@ -129,6 +129,7 @@ class Target:
         "saga",
         "step",
         "tool",
+        "trace",
     )
 
     def __init__(
@@ -143,6 +144,7 @@ class Target:
         preimage: Any = None,
         idempotency_key: str = "",
         may_still_land: bool = False,
+        trace: str | None = None,
     ) -> None:
         self.saga = saga
         self.step = step
@@ -156,6 +158,9 @@ class Target:
         # still-running process: a request it sent may still be executing, so a
         # resolver that finds nothing *yet* proves nothing (docs/concepts.md).
         self.may_still_land = may_still_land
+        # The traceparent of the forward step's span (its intent's ``trace``), so a
+        # compensation's span can link to it; None when the step was not traced.
+        self.trace = trace
 
     @property
     def token(self) -> str:
@@ -165,17 +170,21 @@ class Target:
 
 def escalate(saga_id: str, step: int | None, reason: str, by: str) -> Protocol:
     """Put one item on the durable human queue (deterministic id: no duplicates)."""
+    escalation = escalation_id(saga_id, step)
     yield Append(
         {
             "type": R.ESCALATED,
             "saga": saga_id,
             "step": step,
-            "escalation": escalation_id(saga_id, step),
+            "escalation": escalation,
             "reason": reason,
             "by": by,
             "ts": now(),
         }
     )
+    obs = _observe.observer
+    if obs is not None:
+        obs.escalated(saga_id, step, escalation)
 
 
 def compensation_call(comp: Compensation, token: str) -> tuple[Callable[..., Any], dict[str, Any]]:
@@ -200,6 +209,22 @@ def run_compensation(
     its lease there, so a fenced process never starts a compensation), then
     ``compensated`` after it. Every failed attempt is recorded.
     """
+    obs = _observe.observer
+    if obs is None:
+        return (yield from _compensate(t, comp, policy, durable))
+    trace = obs.compensation_started(t, comp.handler)
+    try:
+        error = yield from _compensate(t, comp, policy, durable)
+    except BaseException as exc:
+        trace.finish(exc)
+        raise
+    trace.finish(error)
+    return error
+
+
+def _compensate(
+    t: Target, comp: Compensation, policy: RetryPolicy, durable: bool
+) -> Generator[Command, Any, BaseException | None]:
     token = t.token
     try:
         fn, kwargs = compensation_call(comp, token)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from .._observe import CALL_ID
 from .._runtime import current_saga
 from .._saga_context import saga
 from .._tool_decorator import tool
@@ -103,9 +104,7 @@ def require(module: str, *, extra: str, adapter: str) -> ModuleType:
 _FORWARD: contextvars.ContextVar[Callable[[], Any] | None] = contextvars.ContextVar(
     "agent_saga_adapter_forward", default=None
 )
-_CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "agent_saga_adapter_call_id", default=None
-)
+_CALL_ID = CALL_ID  # the engine's, so the step's trace can name the framework's call
 _IDEMPOTENCY_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "agent_saga_adapter_idempotency_key", default=None
 )

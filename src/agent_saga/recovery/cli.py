@@ -155,6 +155,13 @@ def _parser() -> argparse.ArgumentParser:
         "or postgresql://… (password: REDISCLI_AUTH / PGPASSWORD or ~/.pgpass; default: "
         "a file lock beside the WAL)",
     )
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="trace and measure recoveries with OpenTelemetry, exported over OTLP/HTTP "
+        "as the OTEL_* environment variables say (OTEL_EXPORTER_OTLP_ENDPOINT, ...); "
+        "needs the otel extra, opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http",
+    )
     return p
 
 
@@ -338,6 +345,11 @@ def _run_daemon(args: argparse.Namespace) -> int:
     if error is not None:
         print(error, file=sys.stderr)
         return EXIT_USAGE
+    shutdown = None
+    if args.otel:
+        from ..observability._sdk import instrument_from_environment
+
+        shutdown = instrument_from_environment(PROG)
     lock = None if args.lock is None else lock_from_url(args.lock)
     events = _Events()
     daemon = RecoveryDaemon(
@@ -383,6 +395,8 @@ def _run_daemon(args: argparse.Namespace) -> int:
         close_lock = getattr(lock, "close", None)
         if close_lock is not None:
             close_lock()
+        if shutdown is not None:
+            shutdown()  # flush the spans and metrics of the pass
 
 
 def _main(argv: Sequence[str] | None) -> int:

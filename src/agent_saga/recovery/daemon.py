@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .. import _observe
 from .._runtime import drive_sync
 from .._types import Compensation, RetryPolicy
 from .._undo import StepFacts, Target, escalate, undo_durable_step
@@ -44,6 +45,8 @@ from ..wal import records as R
 from ..wal.reader import Damage, Record
 from ..wal.state import RetryView, SagaFold, SagaView, StepView
 from ..wal.store import LogStore, LogWriter, open_store
+from ._gauges import pass_gauges
+from ._retries import saga_detail, unwind_order
 from .liveness import Liveness, liveness
 from .locks import Lock, lock_holds
 
@@ -205,11 +208,15 @@ class RecoveryDaemon:
             if self._stop.is_set():
                 break
             self._consider(view.saga_id)
-        for retry in self._unwind_order(self._fold.pending_retries()):
+        for retry in unwind_order(
+            self._fold.pending_retries(),
+            lambda saga: saga_detail(self._store, saga, self._encryptor),
+        ):
             if self._stop.is_set():
                 break
             self._carry_out(retry)
         self._emit("pass_complete", **self._report.as_dict())
+        _observe.recovery_pass(lambda: pass_gauges(self._fold, self._store, self.claim_seconds))
         return self._report
 
     def run_forever(self, interval: float) -> None:
@@ -244,9 +251,10 @@ class RecoveryDaemon:
             self._emit("skipped-locked", saga=saga_id)
             return
         try:
-            fence = self._claim(saga_id)
-            if fence is not None:
-                self._resolve(saga_id, fence, lock_token)
+            with _observe.recovering(saga_id, view.name, view.trace, self.id):
+                fence = self._claim(saga_id)
+                if fence is not None:
+                    self._resolve(saga_id, fence, lock_token)
         finally:
             self._lock.release(saga_id, lock_token)
 
@@ -314,19 +322,19 @@ class RecoveryDaemon:
                 {"step": step.step, "token": R.recovery_token(saga_id, step.step)}
                 for step in self._fold.unwind_order(saga_id)
             ]
-            x.append_locked(
-                [
-                    {
-                        "type": R.CLAIM,
-                        "saga": saga_id,
-                        "by": self.id,
-                        "expires": now + self.claim_seconds,
-                        "fence": fence,
-                        "steps": pending,
-                        "ts": now,
-                    }
-                ]
-            )
+            record = {
+                "type": R.CLAIM,
+                "saga": saga_id,
+                "by": self.id,
+                "expires": now + self.claim_seconds,
+                "fence": fence,
+                "steps": pending,
+                "ts": now,
+            }
+            trace = _observe.claim_trace() if renew_fence is None else None
+            if trace is not None:
+                record["trace"] = trace  # docs/log-format.md §12.1
+            x.append_locked([record])
         if renew_fence is None:
             self._report.claimed += 1
             self._emit("claimed", saga=saga_id, fence=fence, owner=view.owner)
@@ -385,6 +393,7 @@ class RecoveryDaemon:
         if not self._holds(saga_id, fence, lock_token):
             return
         outcome = "escalated" if escalated else "rolled_back"
+        _observe.recovery_outcome(outcome)
         self.log().append(
             {
                 "type": R.SAGA_END,
@@ -419,7 +428,7 @@ class RecoveryDaemon:
                 return
             self._report.retried += 1
             self._emit("retrying", saga=saga_id, step=retry.step, escalation=retry.escalation)
-            view = _saga_detail(self._store, saga_id, self._encryptor)
+            view = saga_detail(self._store, saga_id, self._encryptor)
             step = None if view is None or retry.step is None else view.steps.get(retry.step)
             if view is None or step is None:
                 self._refuse_retry(retry, "the log holds no record of this step any more")
@@ -449,37 +458,6 @@ class RecoveryDaemon:
                 )
         finally:
             self._lock.release(saga_id, token)
-
-    def _unwind_order(self, retries: list[RetryView]) -> list[RetryView]:
-        """Pending retries grouped by saga (oldest request first), each saga's newest-first.
-
-        An operator may ask to retry a saga's escalated steps in any order; they are
-        undone as the rollback would have undone them: steps still in flight at the
-        end first, then the step that committed last first. A saga-level escalation
-        (no step) comes after its steps.
-        """
-        by_saga: dict[str, list[RetryView]] = {}
-        for retry in retries:  # oldest request first: dicts keep the first saga's place
-            by_saga.setdefault(retry.saga_id, []).append(retry)
-        ordered: list[RetryView] = []
-        for saga_id, group in by_saga.items():
-            if len(group) > 1:
-                view = _saga_detail(self._store, saga_id, self._encryptor)
-                steps = {} if view is None else view.steps
-
-                def newest_first(
-                    r: RetryView, steps: dict[int, StepView] = steps
-                ) -> tuple[int, int]:
-                    s = None if r.step is None else steps.get(r.step)
-                    if s is None:
-                        return (2, 0)  # saga-level, or a step the log no longer holds
-                    if s.order is None:
-                        return (0, -s.step)  # never committed: it was in flight, the newest
-                    return (1, -s.order)
-
-                group.sort(key=newest_first)
-            ordered.extend(group)
-        return ordered
 
     def _refuse_retry(self, retry: RetryView, why: str) -> None:
         reason = f"retry requested by {retry.requested_by}, not done: {why}"
@@ -537,6 +515,7 @@ class RecoveryDaemon:
             kwargs=step.kwargs,
             preimage=step.preimage,
             idempotency_key=step.idempotency_key or "",
+            trace=step.trace,
         )
         if damaged_at is not None:
             reason = (
@@ -569,21 +548,6 @@ class RecoveryDaemon:
 def _new_fold() -> SagaFold:
     """The daemon's fold: bounded (no trace of a saga once it ended)."""
     return SagaFold(forget_terminal=True, remember_ended=False)
-
-
-def _saga_detail(store: LogStore, saga_id: str, decryptor: Any) -> SagaView | None:
-    """Every record of one saga folded, read back from the log (its detail was dropped).
-
-    A streamed pass that keeps only this saga's records: retries are rare operator
-    actions, and the daemon's own fold keeps no detail of terminal sagas.
-    """
-    fold = SagaFold()
-    for item in store.scan(decryptor=decryptor):
-        if isinstance(item, Record) and item.data.get("saga") == saga_id:
-            if item.data.get("type") == R.SAGA_END:
-                continue  # read the saga as it stood, so its steps can still be undone
-            fold.apply(item.data, item.offset)
-    return fold.get(saga_id)
 
 
 def _facts(t: Target, step: StepView) -> StepFacts:

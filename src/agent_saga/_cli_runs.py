@@ -1,4 +1,8 @@
-"""``agent-saga runs``: every saga in the log, its status and its steps, streamed."""
+"""``agent-saga runs``: every saga in the log, its status, history and steps, streamed.
+
+``runs SAGA_ID`` (one saga in detail) is in ``_cli_saga``; the statuses are those of
+``wal/status.py`` (``docs/concepts.md``, "States").
+"""
 
 from __future__ import annotations
 
@@ -9,27 +13,20 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ._cli_common import open_wal, report_damage, timestamp
 from .recovery.liveness import Liveness
-from .wal.records import TERMINAL_OUTCOMES
+from .wal.status import SAGA_STATUSES
 from .wal.store import LogStore
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .wal.state import SagaView, StepView
 
-__all__ = ["RUN_STATUSES", "TABLE_BLOCK", "cmd_runs"]
+__all__ = ["RUN_STATUSES", "TABLE_BLOCK", "cmd_runs", "judge_one", "saga_json", "step_json"]
 
-RUN_STATUSES: tuple[str, ...] = (
-    "running",
-    "rolling_back",
-    "recovering",
-    "orphaned",
-    *sorted(TERMINAL_OUTCOMES),
-)
-"""What ``runs --status`` accepts: the statuses ``SagaFold`` gives live sagas, the
-terminal outcomes, and ``orphaned`` (no live owner, no daemon: the next
-``saga-recoveryd`` pass takes it over)."""
+RUN_STATUSES: tuple[str, ...] = SAGA_STATUSES
+"""What ``runs --status`` accepts: every saga status (``wal/status.py``)."""
 
 
-def _step_json(s: StepView) -> dict[str, Any]:
+def step_json(s: StepView) -> dict[str, Any]:
+    """A step as ``runs --json`` prints it (values as recorded)."""
     return {
         "step": s.step,
         "tool": s.tool,
@@ -49,7 +46,8 @@ def _step_json(s: StepView) -> dict[str, Any]:
     }
 
 
-def _saga_json(v: SagaView, live: Liveness) -> dict[str, Any]:
+def saga_json(v: SagaView, live: Liveness) -> dict[str, Any]:
+    """A saga as ``runs --json`` prints it: status, lease, history, steps."""
     claim = v.claim
     return {
         "saga": v.saga_id,
@@ -69,7 +67,8 @@ def _saga_json(v: SagaView, live: Liveness) -> dict[str, Any]:
         if claim is None
         else {"by": claim.by, "fence": claim.fence, "expires": claim.expires},
         "escalations": list(v.escalations),
-        "steps": [_step_json(s) for s in sorted(v.steps.values(), key=lambda s: s.step)],
+        "history": [e.as_json() for e in v.history],
+        "steps": [step_json(s) for s in sorted(v.steps.values(), key=lambda s: s.step)],
     }
 
 
@@ -136,6 +135,14 @@ class _JsonArray:
         self._out.write("[]\n" if self.count == 0 else "\n]\n")
 
 
+def judge_one(v: SagaView, wal: LogStore) -> Liveness:
+    """The daemon's view of one saga now (its owner's lease read when it matters)."""
+    from .recovery.liveness import liveness
+
+    lease = wal.leases().get(v.owner) if v.owner and not v.terminal else None
+    return liveness(v, lease, wal.now())
+
+
 def _judge(views: Iterable[SagaView], wal: LogStore) -> Iterator[tuple[SagaView, Liveness]]:
     """Pair each saga with the daemon's view of it (leases read once per owner)."""
     from .recovery.liveness import liveness
@@ -180,7 +187,7 @@ class _RunsPrinter:
         if self._status is not None and live.status != self._status:
             return
         if self._json is not None:
-            self._json.add(_saga_json(v, live))
+            self._json.add(saga_json(v, live))
             return
         assert self._table is not None
         self._table.add(
@@ -206,9 +213,16 @@ class _RunsPrinter:
 
 
 def cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``agent-saga runs``: list the sagas of the log as they become final."""
+    """``agent-saga runs``: list the sagas of the log as they become final.
+
+    With a saga id (``runs SAGA_ID``): that saga in detail (``_cli_saga``).
+    """
     from .wal.state import SagaFold
 
+    if getattr(args, "saga", None) is not None:
+        from ._cli_saga import cmd_one_saga
+
+        return cmd_one_saga(args, out, err)
     wal = open_wal(args)
     printer = _RunsPrinter(args, out)
     # Bounded and streaming: a saga is printed (and forgotten) as soon as it is final;

@@ -164,6 +164,8 @@ def _fold_statuses() -> set[str]:
     begin = {"type": r.SAGA_BEGIN, "name": None, "owner": "o"}
     undo = {"type": r.COMPENSATING, "step": 1, "token": "t", "by": "o"}
     claim = {"type": r.CLAIM, "by": "d", "expires": 1.0, "fence": 1}
+    escalated = {"type": r.ESCALATED, "step": None, "escalation": "e", "reason": "?", "by": "o"}
+    end = {"type": r.SAGA_END, "outcome": "escalated", "by": "o"}
     logs: dict[str, list[dict[str, Any]]] = {
         "a": [begin],
         "b": [begin, claim],
@@ -172,6 +174,7 @@ def _fold_statuses() -> set[str]:
             outcome: [begin, {"type": r.SAGA_END, "outcome": outcome, "by": "o"}]
             for outcome in r.TERMINAL_OUTCOMES
         },
+        "d": [begin, escalated, end],  # a person closes its escalation (below)
     }
     fold = SagaFold()
     offset = 0
@@ -179,6 +182,7 @@ def _fold_statuses() -> set[str]:
         for rec in recs:
             fold.apply({**rec, "saga": saga_id}, offset)
             offset += 1
+    fold.apply({"type": r.ESCALATION_RESOLVED, "escalation": "e", "note": "n", "by": "p"}, offset)
     assert fold.anomaly_count == 0
     return {v.status for v in fold.sagas()}
 

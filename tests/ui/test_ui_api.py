@@ -55,11 +55,13 @@ def test_every_run_gets_the_status_a_person_on_call_needs(served_world: UI, worl
     status = {item["name"]: item["status"] for item in doc["items"]}
     assert status["checkout"] == "committed"
     assert status["trip-planner"] == "rolled_back"
-    assert status["night-batch"] == "recovered"  # SIGKILLed, finished by saga-recoveryd
+    # SIGKILLed and finished by saga-recoveryd: rolled back; who did it is its history.
+    assert status["night-batch"] == "rolled_back"
     assert status["newsletter"] == "escalated"
-    assert status["unrefundable"] == "failed"  # its compensation failed for good
+    assert status["unrefundable"] == "escalated"  # its compensation failed for good
     assert doc["counts"]["committed"] == 1
-    assert doc["counts"]["recovered"] == 1
+    assert doc["counts"]["rolled_back"] == list(status.values()).count("rolled_back") >= 2
+    assert set(doc["counts"]) == set(served_world.get("/api/v1/meta")["statuses"])
     assert doc["total"] == len(world.names) == sum(doc["counts"].values())
     starts = [item["first_offset"] for item in doc["items"]]
     assert starts == sorted(starts, reverse=True)  # newest first
@@ -69,11 +71,18 @@ def test_the_recovered_run_shows_the_claim_and_both_compensations_by_the_daemon(
     served_world: UI, world: World
 ) -> None:
     d = served_world.get(f"/api/v1/sagas/{world.names['night-batch']}")
-    assert d["status"] == "recovered"
+    assert d["status"] == "rolled_back"
     assert d["outcome"] == "rolled_back"
     assert len(d["claims"]) == 1
     assert d["claims"][0]["by"].startswith("recoveryd-")
     assert d["ended_by"] == d["claims"][0]["by"]
+    # "Recovered by the daemon" is history: it took the saga over and ended it.
+    daemon = d["claims"][0]["by"]
+    assert [(e["event"], e["by"]) for e in d["history"]][-2:] == [
+        ("claimed", daemon),
+        ("ended", daemon),
+    ]
+    assert d["history"][-1]["detail"].startswith("rolled_back")
     assert [s["state"] for s in d["steps"]] == ["compensated", "compensated"]
     assert d["undo_order"] == [2, 1]  # LIFO
     for s in d["steps"]:
@@ -233,7 +242,7 @@ def test_a_pending_approval_is_listed_and_approving_it_lets_the_agent_proceed(
         assert req["tool"] == "bank.wire"
         assert req["state"] == "open"
         assert req["kwargs"] == {"amount": 125000, "iban": "DE02120300000000202051"}
-        assert ui.get("/api/v1/sagas")["items"][0]["status"] == "in_flight"
+        assert ui.get("/api/v1/sagas")["items"][0]["status"] == "running"
         status, doc = ui.post(
             f"/api/v1/approvals/{req['request']}/decide",
             {"decision": "approve", "note": "verified with finance", "by": "carol"},

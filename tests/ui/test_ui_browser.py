@@ -64,7 +64,8 @@ def test_the_page_loads_and_lists_every_run_with_counts_per_status(
     for status, n in counts.items():
         chip = tab.page.locator(f"#filters [data-status={status}] .n")
         assert chip.inner_text() == str(n), status
-    assert tab.page.locator("#runs li[data-status=recovered]").count() == 1
+    assert tab.page.locator("#runs li[data-status=rolled_back]").count() == counts["rolled_back"]
+    assert counts["rolled_back"] >= 2  # by the agent (trip-planner), by the daemon (night-batch)
     n_open = served_world.get("/api/v1/escalations")["open"]
     _wait_text(tab, "#n-esc", str(n_open))
     screenshot(tab, "ui-runs", tmp_path)
@@ -251,7 +252,7 @@ def test_the_page_updates_live_while_an_agent_appends(
         assert read_line(agent).strip() == "ready"
         tab.page.locator("#runs li", has_text="live-agent").wait_for()
         _open_run(tab, "live-agent")
-        tab.page.wait_for_selector("#saga-name + .badge.s-in_flight")
+        tab.page.wait_for_selector("#saga-name + .badge.s-running")
         assert _count(tab, "#timeline .tl-row[data-kind=forward]") == 1
         for room in ("r2", "r3"):
             agent.stdin.write(room + "\n")
@@ -374,9 +375,12 @@ def test_the_demo_log_shows_every_run_including_the_one_recovered_after_sigkill(
     names = tab.page.locator("#runs li .name").all_inner_texts()
     assert sorted(names) == ["newsletter", "newsletter", "purchase", "refactor"]
     refactor = tab.page.locator("#runs li", has_text="refactor")
-    assert refactor.get_attribute("data-status") == "recovered"
+    assert refactor.get_attribute("data-status") == "rolled_back"
     _open_run(tab, "refactor")
     _wait_text(tab, ".note", "Claimed by the recovery daemon")
+    # Who rolled it back is history: the daemon took it over and ended it.
+    _wait_text(tab, "#history", "taken over by recoveryd-")
+    assert "ended by recoveryd-" in tab.page.inner_text("#history")
     tab.page.locator("#timeline .tl-row[data-kind=undo]").first.click()
     _wait_text(tab, "#insp-handler", "files.")
     screenshot(tab, "ui-demo-recovered", tmp_path)

@@ -72,7 +72,8 @@ def crash_and_recover(url: str, env: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def pg_world(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
-    """A PostgreSQL log with committed, rolled back, escalated, failed and recovered sagas."""
+    """A PostgreSQL log with committed, rolled back (by the agent and by the daemon) and
+    escalated (two ways) sagas."""
     url = fresh_log(database)
     env = child_env(tmp_path_factory.mktemp("pg-world"))
     for scenario in ("commit", "rollback", "escalate", "fail"):
@@ -101,8 +102,8 @@ def test_the_api_serves_runs_written_by_agents_and_the_daemon_on_postgres(
         "checkout": "committed",
         "trip-planner": "rolled_back",
         "newsletter": "escalated",
-        "unrefundable": "failed",
-        "night-batch": "recovered",
+        "unrefundable": "escalated",
+        "night-batch": "rolled_back",
     }
     d = ui.get(f"/api/v1/sagas/{_names(ui)['night-batch']['saga']}")
     assert d["claims"][0]["by"].startswith("recoveryd-")

@@ -236,7 +236,7 @@ def test_a_retried_saga_lists_its_compensations_newest_first_with_retries_as_his
     # The sidebar: the steps' states now, not as they were at saga_end.
     li = tab.page.locator("#runs li", has_text="retried-batch")
     assert "3 steps (3 compensated)" in li.inner_text()
-    assert li.get_attribute("data-status") != "failed"  # every compensation succeeded in the end
+    assert li.get_attribute("data-status") == "rolled_back"  # every retry undid its step
 
     # Time travel: at saga_end all three are escalated and still owed; at the end, none.
     n = len(doc["records"])
@@ -269,7 +269,12 @@ def test_the_api_orders_undo_by_completion_and_recounts_a_retried_saga(truth: Tr
     assert all(a <= b < c for (a, b), (c, _) in itertools.pairwise(spans))
     (item,) = [i for i in truth.ui.get("/api/v1/sagas")["items"] if i["saga"] == doc["saga"]]
     assert item["steps"] == {"compensated": 3}
-    assert item["status"] == "escalated"  # ended escalated; no compensation failed for good
+    # It ended escalated; retries then undid every step: rolled back. The rest is history.
+    assert (item["outcome"], item["status"]) == ("escalated", "rolled_back")
+    events = [(e["event"], e["by"]) for e in doc["history"]]
+    assert [ev for ev, _ in events].count("retry_requested") == 4
+    assert [ev for ev, _ in events].count("compensated") == 3
+    assert ("retry_requested", "ops") in events
 
 
 # ---- layout ----------------------------------------------------------------------------

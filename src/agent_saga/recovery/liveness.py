@@ -4,14 +4,19 @@
 waits for it with ``--once --wait``; they all compute it here, from the same facts
 the daemon decides on (the saga's records, its owner's lease file, the clock):
 
-* A saga with ``saga_end`` is terminal: nothing to take over.
-* A saga with an unexpired daemon ``claim`` is being recovered by that daemon.
+* A saga with ``saga_end`` is terminal: nothing to take over. Its status is the
+  log's (``wal/status.py``), except that a retry whose daemon's claim expired
+  before it was done leaves its escalation open: ``escalated``, not ``recovering``.
+* A saga with an unexpired daemon ``claim`` is being recovered by that daemon:
+  ``recovering``. Once the claim expired, the rules below judge it again (the
+  daemon died or stopped part-way: the next pass takes it over).
 * A saga whose owner holds a **live** lease (state ``live``, ``expires`` not yet
   passed) belongs to that owner. It is ``orphaned in`` ``expires - now`` seconds
   unless the owner renews first. The owner's writer renews every third of the
   lease period from a background thread, so a lease whose last renewal is older
   than **half** the period (:data:`SILENT_FRACTION`) has missed a renewal: the
   owner is *silent* — stalled, or dead a moment ago.
+  Its status is then ``running``, or ``rolling_back`` once it wrote an undo record.
 * Otherwise — no lease file, lease ``expired``, ``revoked`` or ``released`` — the
   saga is **orphaned**: the next daemon pass claims it. An owner that *released* its
   lease ended cleanly, so its saga should have a ``saga_end``: one of its records was
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from ..wal.lease import LeaseInfo
+from ..wal.status import ESCALATED, ORPHANED, RECOVERING, live_status
 from ..wal.views import SagaView
 
 __all__ = ["DEFAULT_UNOWNED_GRACE", "SILENT_FRACTION", "LeaseState", "Liveness", "liveness"]
@@ -46,9 +52,11 @@ class Liveness:
     """Who holds a saga now, and when the daemon may take it over.
 
     Attributes:
-        status: ``orphaned`` when no live owner and no daemon holds a non-terminal
-            saga; otherwise the saga's status from the log (``running``,
-            ``rolling_back``, ``recovering``, ``committed``, ...).
+        status: One of :data:`agent_saga.wal.status.SAGA_STATUSES`: ``orphaned``
+            when no live owner and no daemon holds a non-terminal saga,
+            ``recovering`` while a daemon's claim is unexpired; otherwise the
+            saga's status from the log (``running``, ``rolling_back``,
+            ``committed``, ``escalated``, ...).
         lease_state: The owner's lease: ``live``, ``expired`` (live but past
             ``expires``), ``released``, ``revoked``, ``missing`` (no lease file) or
             ``unknown`` (the owner is not known: ``saga_begin`` was lost). None for
@@ -80,7 +88,7 @@ class Liveness:
             return f"{self.status} (owner silent, orphaned in {_seconds(self.orphaned_in)})"
         if self.lease_state == "unknown" and self.orphaned_in:
             return f"{self.status} (owner unknown, orphaned in {_seconds(self.orphaned_in)})"
-        if self.status == "orphaned" and self.lease_state == "released":
+        if self.status == ORPHANED and self.lease_state == "released":
             # The daemon escalates such a saga instead of compensating it (a lost record).
             return (
                 "orphaned (owner ended cleanly: its last record is missing; escalated on recovery)"
@@ -113,28 +121,34 @@ def liveness(
         The judgement.
     """
     if view.terminal:
-        return Liveness(view.status)
+        if view.status != RECOVERING:
+            return Liveness(view.status)
+        retry = view.retrying
+        if retry is None or retry.expires <= now:
+            return Liveness(ESCALATED)  # the retry was not done: its escalation is open
+        return Liveness(RECOVERING, claimed_by=str(retry.by))
     expires = lease.expires if lease is not None else None
     renewed = lease.renewed if lease is not None else None
     claim = view.claim
     if claim is not None and claim.expires > now:
         state: LeaseState = "unknown" if not view.owner else _state(lease, now)
-        return Liveness(view.status, state, expires, renewed, claimed_by=str(claim.by))
+        return Liveness(RECOVERING, state, expires, renewed, claimed_by=str(claim.by))
+    own = live_status(claimed=False, undoing=view.undoing)  # no daemon holds it now
     if not view.owner:
         if view.last_ts is None:
-            return Liveness(view.status, "unknown")
+            return Liveness(own, "unknown")
         left = unowned_grace - (now - view.last_ts)
         if left > 0:
-            return Liveness(view.status, "unknown", orphaned_in=left)
-        return Liveness("orphaned", "unknown", orphaned_in=0.0)
+            return Liveness(own, "unknown", orphaned_in=left)
+        return Liveness(ORPHANED, "unknown", orphaned_in=0.0)
     state = _state(lease, now)
     if state != "live":
-        return Liveness("orphaned", state, expires, renewed, orphaned_in=0.0)
+        return Liveness(ORPHANED, state, expires, renewed, orphaned_in=0.0)
     assert lease is not None
     period = lease.expires - lease.renewed
     silent = now - lease.renewed > period * SILENT_FRACTION
     return Liveness(
-        view.status,
+        own,
         "live",
         expires,
         renewed,

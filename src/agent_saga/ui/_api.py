@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ..secrets import redact
+from ..wal.status import escalation_state
 from ..wal.views import ApprovalView, EscalationView, StepView
 from ._index import STATUSES, SagaDetail, SagaSummary, WalIndex
 from ._timeline import decorate_steps, text, ts_of, undo_order
@@ -348,6 +349,10 @@ def saga(index: WalIndex, saga_id: str) -> dict[str, Any]:
     return {
         **_summary_json(index, s, status),
         "fold_status": v.status,
+        "history": [
+            {"event": e.event, "by": _text(e.by), "ts": e.ts, "detail": _text(e.detail)}
+            for e in v.history
+        ],
         "begun": v.begun,
         "steps": list(steps.values()),
         "forward_order": sorted(steps, key=lambda n: n),
@@ -392,6 +397,7 @@ def _escalation_json(e: EscalationView) -> dict[str, Any]:
         "ts": e.ts,
         "offset": e.offset,
         "resolved": e.resolved,
+        "state": escalation_state(e),
         "note": _text(e.note),
         "resolved_by": _text(e.resolved_by),
         "resolved_ts": e.resolved_ts,

@@ -27,9 +27,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..recovery.liveness import liveness
 from ..wal import records as R
 from ..wal.reader import Damage, Decryptor, Record
+from ..wal.saga_records import SagaRecords
 from ..wal.state import SagaFold, SagaView
+from ..wal.status import ESCALATED, RECOVERING, SAGA_STATUSES, retry_claim
 from ..wal.store import LogStore, open_store
 
 __all__ = [
@@ -40,17 +43,9 @@ __all__ = [
     "WalIndex",
 ]
 
-#: The statuses the UI sorts every saga into, in the order the sidebar shows them.
-STATUSES: Final = (
-    "in_flight",
-    "recovering",
-    "orphaned",
-    "failed",
-    "escalated",
-    "recovered",
-    "rolled_back",
-    "committed",
-)
+#: The statuses the UI sorts every saga into, in the order the sidebar shows them:
+#: the one vocabulary of ``wal/status.py`` (``docs/concepts.md``, "States").
+STATUSES: Final = SAGA_STATUSES
 
 MAX_DAMAGES: Final = 1000
 MAX_TOOLS: Final = 16
@@ -77,8 +72,6 @@ class SagaSummary:
         started / last_ts / ended: Wall-clock seconds.
         outcome / ended_by: From ``saga_end``.
         claimed: A recovery daemon claimed it at least once.
-        failed_steps: Steps whose compensation failed for good (``compensation_failed``
-            final) and was not done since (an operator's retry may still undo them).
         steps: Per-state step counts, frozen when the saga ended (None while live).
         recount: An undo or escalation record came after the saga ended (a retry):
             ``steps`` is recounted from the saga's records the next time it is asked.
@@ -91,7 +84,6 @@ class SagaSummary:
         "ended",
         "ended_by",
         "escalations",
-        "failed_steps",
         "first_offset",
         "last_offset",
         "last_ts",
@@ -119,16 +111,10 @@ class SagaSummary:
         self.outcome: str | None = None
         self.ended_by: str | None = None
         self.claimed = False
-        self.failed_steps: tuple[int, ...] = ()
         self.steps: tuple[tuple[str, int], ...] | None = None
         self.recount = False
         self.tools: tuple[str, ...] = ()
         self.escalations: tuple[str, ...] = ()
-
-    @property
-    def failed(self) -> bool:
-        """A compensation failed for good and its step was not undone since."""
-        return bool(self.failed_steps)
 
 
 @dataclass(slots=True)
@@ -316,12 +302,6 @@ class WalIndex:
                 s.tools = self._share((*s.tools, _intern(t)))
         elif rtype == R.CLAIM:
             s.claimed = True
-        elif rtype == R.COMPENSATION_FAILED and data.get("final") is True:
-            step = data.get("step")
-            if isinstance(step, int) and step not in s.failed_steps:
-                s.failed_steps = (*s.failed_steps, step)
-        elif rtype == R.COMPENSATED and s.failed_steps:
-            s.failed_steps = tuple(n for n in s.failed_steps if n != data.get("step"))
         elif rtype == R.ESCALATED:
             eid = data.get("escalation")
             if isinstance(eid, str):
@@ -428,13 +408,12 @@ class WalIndex:
                 yield s
 
     def status(self, s: SagaSummary, now: float | None = None) -> str:
-        """The UI status of a saga (one of :data:`STATUSES`).
+        """The status of a saga (one of :data:`STATUSES`), as ``agent-saga runs`` says it.
 
-        Ended sagas: ``committed`` (``escalated`` if a late escalation is open),
-        ``failed`` (a compensation failed for good), ``escalated``, ``recovered`` (a
-        daemon rolled it back) or ``rolled_back``. Live ones: ``recovering`` while a
-        daemon's claim is unexpired, ``in_flight`` while the owner's lease is live
-        (or, without an owner, for :data:`UNOWNED_GRACE_SECONDS`), else ``orphaned``.
+        Ended sagas: the fold's status (``wal/status.py``), and ``recovering`` only
+        while the claim of a daemon carrying out a retry is unexpired. Live ones: the
+        daemon's rule (:func:`agent_saga.recovery.liveness.liveness`; an ownerless
+        saga waits :data:`UNOWNED_GRACE_SECONDS`).
         """
         t = time.time() + self._clock_offset if now is None else now
         if s.outcome is not None:
@@ -444,36 +423,25 @@ class WalIndex:
                     self._status_generation = self.stats.generation
                 cached = self._status_cache.get(s.saga_id)
                 if cached is None:
-                    cached = self._status_cache[s.saga_id] = self._ended_status(s)
-                return cached
+                    view = self._fold.get(s.saga_id)
+                    cached = ESCALATED if view is None else view.status
+                    self._status_cache[s.saga_id] = cached
+            return self._retry_in_progress(s, t) if cached == RECOVERING else cached
         v = self.live_view(s.saga_id)
-        claim = None if v is None else v.claim
-        if claim is not None and claim.expires > t:
-            return "recovering"
-        if s.owner:
-            if not self._store.leases().is_expired(s.owner, t):
-                return "in_flight"
-            return "orphaned"
-        if s.last_ts is not None and t - s.last_ts < UNOWNED_GRACE_SECONDS:
-            return "in_flight"
-        return "orphaned"
+        if v is None:  # only approval records so far: no view in the fold
+            v = SagaView(s.saga_id, owner=s.owner, last_ts=s.last_ts)
+        lease = self._store.leases().get(v.owner) if v.owner else None
+        return liveness(v, lease, t, unowned_grace=UNOWNED_GRACE_SECONDS).status
 
-    def _ended_status(self, s: SagaSummary) -> str:
-        if s.failed:
-            return "failed"
-        if s.outcome == "committed":
-            if any(not e.resolved for e in self._open_escalations_of(s)):
-                return "escalated"
-            return "committed"
-        if s.outcome == "escalated":
-            return "escalated"
-        return "recovered" if s.claimed else "rolled_back"
-
-    def _open_escalations_of(self, s: SagaSummary) -> list[Any]:
-        if not s.escalations:
-            return []
-        mine = set(s.escalations)
-        return [e for e in self._fold.open_escalations() if e.escalation in mine]
+    def _retry_in_progress(self, s: SagaSummary, now: float) -> str:
+        """``recovering`` while a retry's daemon holds an unexpired claim, else ``escalated``."""
+        with self._lock:
+            for eid in s.escalations:
+                e = self._fold.escalation(eid)
+                claim = None if e is None else retry_claim(e)
+                if claim is not None and claim.expires > now:
+                    return RECOVERING
+        return ESCALATED
 
     def escalations(self) -> list[Any]:
         """Every escalation still held: all open ones, and resolved ones of live sagas."""
@@ -529,6 +497,7 @@ class WalIndex:
         self, saga_id: str, first: int, last: int, escalations: frozenset[str]
     ) -> SagaDetail:
         fold = SagaFold()
+        mine = SagaRecords(saga_id, escalations)
         records: list[tuple[int, dict[str, Any]]] = []
         deltas: list[tuple[int | None, str | None, str]] = []
         damages: list[Damage] = []
@@ -542,11 +511,7 @@ class WalIndex:
                     damages.append(item)
                     continue
                 data = item.data
-                mine = data.get("saga") == saga_id or (
-                    data.get("type") == R.ESCALATION_RESOLVED
-                    and data.get("escalation") in escalations
-                )
-                if not mine:
+                if not mine(data):
                     continue
                 if len(records) >= MAX_DETAIL_RECORDS:
                     truncated = True

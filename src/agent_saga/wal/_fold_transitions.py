@@ -12,20 +12,49 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from . import records as r
+from .status import (
+    CLOSED_BY_COMPENSATION,
+    CLOSED_BY_PERSON,
+    ESCALATED,
+    OPEN,
+    RESOLVED,
+    ROLLED_BACK,
+    ended_status,
+    escalation_state,
+    live_status,
+    retry_claim,
+)
 from .views import (
     Anomaly,
     ApprovalView,
     ClaimView,
     EscalationView,
+    HistoryEvent,
     RetryView,
     SagaView,
     StepView,
 )
 
-__all__ = ["APPLY", "MAX_ANOMALIES", "UNSCOPED", "FoldTransitions"]
+__all__ = ["APPLY", "MAX_ANOMALIES", "UNSCOPED", "FoldTransitions", "Summary"]
 
 MAX_ANOMALIES: Final = 1000
 """How many anomalies are kept in detail; :attr:`SagaFold.anomaly_count` counts all."""
+
+Summary = tuple[str, float | None, str]
+"""What a fold keeps of a saga whose detail it dropped: status, end time, outcome."""
+
+#: One shared copy of each outcome (a summary per ended saga holds one).
+_OUTCOMES: Final = {o: o for o in r.TERMINAL_OUTCOMES}
+
+
+def when(ts: Any) -> float | None:
+    """A record's ``ts`` as a float, or None when it has none (or a bad one)."""
+    return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
+
+
+def _step_text(step: Any, text: Any, eid: str) -> str:
+    where = "saga" if step is None else f"step {step}"
+    return f"{where}: {text} ({eid})"
 
 
 class FoldTransitions:
@@ -42,7 +71,8 @@ class FoldTransitions:
     _on_settled: Callable[[SagaView], None] | None
     _live: dict[str, SagaView]
     _ended: dict[str, SagaView]
-    _summaries: dict[str, tuple[str, float | None]]
+    _summaries: dict[str, Summary]
+    _awaiting: dict[str, tuple[str, dict[str, str | None]]]
     _escalations: dict[str, EscalationView]
     _approvals: dict[str, ApprovalView]
     _retries: dict[str, RetryView]
@@ -53,6 +83,8 @@ class FoldTransitions:
 
     def _begin(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         v.name, v.owner, v.started, v.begun = rec["name"], rec["owner"], ts, True
+        v.trace = _trace(rec)
+        v.history.append(HistoryEvent("started", rec["owner"], when(ts), rec["name"]))
 
     def _step(self, v: SagaView, rec: Mapping[str, Any], off: int) -> StepView:
         n: int = rec["step"]
@@ -79,6 +111,7 @@ class FoldTransitions:
             s.gate_decision = "approved"  # an automatic approval has no gate record
         if "preimage" in rec:
             s.preimage = rec["preimage"]
+        s.trace = _trace(rec)
         if a not in s.attempt_states:
             s.attempts += 1
         s.attempt_states[a], s.attempt_offsets[a] = "intent", off
@@ -111,8 +144,14 @@ class FoldTransitions:
         s = self._step(v, rec, off)
         rtype = rec["type"]
         s.token = rec["token"]
-        if not v.terminal and v.status in ("running", "recovering"):
-            v.status = "rolling_back"
+        if not v.terminal:
+            v.undoing = True
+            v.status = live_status(claimed=bool(v.claims), undoing=True)
+        elif rtype == r.COMPENSATED:  # after the end: a retry undid the step
+            v.history.append(HistoryEvent("compensated", rec["by"], when(ts), f"step {s.step}"))
+        elif rtype == r.COMPENSATION_FAILED and rec["final"]:
+            detail = f"step {s.step}: {rec['error']}"
+            v.history.append(HistoryEvent("compensation_failed", rec["by"], when(ts), detail))
         if rtype == r.COMPENSATING:
             if s.state != "compensated":
                 s.state = "compensating"
@@ -136,17 +175,29 @@ class FoldTransitions:
             s.escalation = eid
             if s.state != "compensated":
                 s.state = "escalated"
+        detail = _step_text(step, rec["reason"], eid)
+        v.history.append(HistoryEvent("escalated", rec["by"], when(ts), detail))
+        if v.terminal:
+            self._restatus(v)
 
     def _claim(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         v.claims.append(ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts))
-        if v.status == "running":
-            v.status = "recovering"
+        if v.terminal:
+            return
+        v.status = live_status(claimed=True, undoing=v.undoing)
+        if len(v.claims) < 2 or v.claims[-2].by != rec["by"]:  # not a renewal
+            detail = f"fence {rec['fence']}"
+            v.history.append(HistoryEvent("claimed", rec["by"], when(ts), detail))
 
     def _end(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         if v.terminal:
             return
-        v.outcome = v.status = rec["outcome"]
+        v.outcome = _OUTCOMES.get(rec["outcome"], rec["outcome"])
         v.ended, v.ended_by = ts, rec["by"]
+        note = rec.get("note")
+        detail = f"{v.outcome}: {note}" if isinstance(note, str) and note else v.outcome
+        v.history.append(HistoryEvent("ended", rec["by"], when(ts), detail))
+        self._restatus(v)
         self._live.pop(v.saga_id, None)
         for rid in self._saga_approvals.get(v.saga_id, ()):
             a = self._approvals.get(rid)
@@ -167,12 +218,20 @@ class FoldTransitions:
         retry = self._retries.pop(e.escalation, None)
         if retry is not None and retry.outcome is None:
             retry.outcome = "resolved"
+        v = self._live.get(e.saga_id) or self._ended.get(e.saga_id)
+        if v is not None:
+            detail = f"{rec['note']} ({e.escalation})"
+            v.history.append(HistoryEvent("resolved", rec["by"], when(ts), detail))
+            if v.terminal:
+                self._restatus(v)
         held = self._ended.get(e.saga_id)
         if held is not None and self._forget and not self._open_for(held):
             del self._ended[e.saga_id]
             self._settle(held)  # nothing open any more: it can no longer change
-        elif self._forgotten(e.saga_id) and not self._keep_resolved:
-            del self._escalations[e.escalation]
+        elif self._forgotten(e.saga_id):
+            self._restatus_forgotten(e.saga_id)
+            if not self._keep_resolved:
+                del self._escalations[e.escalation]
 
     def _approval_requested(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         saga_id: str = rec["saga"]
@@ -209,6 +268,10 @@ class FoldTransitions:
         e.retry = self._retries[eid] = RetryView(
             eid, rec["saga"], rec["step"], rec["note"], rec["by"], off, ts
         )
+        v = self._live.get(e.saga_id) or self._ended.get(e.saga_id)
+        if v is not None:
+            detail = _step_text(rec["step"], rec["note"], eid)
+            v.history.append(HistoryEvent("retry_requested", rec["by"], when(ts), detail))
 
     def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
@@ -225,6 +288,67 @@ class FoldTransitions:
             return  # the first decision wins
         a.decision, a.decided_by, a.note = rec["decision"], rec["by"], rec["note"]
         a.decided_ts, a.decided_offset = ts, off
+
+    # -- status -------------------------------------------------------------------
+
+    def _restatus(self, v: SagaView) -> None:
+        """Derive ``v.status`` again (``wal/status.py``) after its records changed it."""
+        if not v.terminal:
+            v.status = live_status(claimed=bool(v.claims), undoing=v.undoing)
+            return
+        escalations = [e for eid in v.escalations if (e := self._escalations.get(eid))]
+        claims = [c for e in escalations if (c := retry_claim(e)) is not None]
+        v.retrying = max(claims, key=lambda c: c.expires) if claims else None
+        assert v.outcome is not None
+        v.status = ended_status(v.outcome, [escalation_state(e) for e in escalations])
+
+    def _await(self, v: SagaView) -> None:
+        """Its detail goes while an escalation is open: keep what its status needs."""
+        states: dict[str, str | None] = {}
+        for eid in v.escalations:
+            e = self._escalations.get(eid)
+            state = OPEN if e is None else escalation_state(e)
+            closed = state in (CLOSED_BY_PERSON, CLOSED_BY_COMPENSATION)
+            states[eid] = state if closed else None  # None: look it up, it may change
+        assert v.outcome is not None
+        self._awaiting[v.saga_id] = (v.outcome, states)
+
+    def _late_escalation(self, saga_id: str, eid: str) -> None:
+        """An escalation of a saga whose detail was dropped (a retry failed, a fenced writer)."""
+        summary = self._summaries.get(saga_id)
+        if summary is None:
+            return  # bounded mode keeps no summary to correct
+        if saga_id not in self._awaiting:
+            status, _, outcome = summary
+            states: dict[str, str | None] = {}
+            if status == RESOLVED:
+                states[""] = CLOSED_BY_PERSON  # a person closed an earlier one
+            elif status == ROLLED_BACK and outcome == ESCALATED:
+                states[""] = CLOSED_BY_COMPENSATION
+            self._awaiting[saga_id] = (outcome, states)
+        self._awaiting[saga_id][1][eid] = None
+        self._restatus_forgotten(saga_id)
+
+    def _restatus_forgotten(self, saga_id: str) -> None:
+        """Correct the summary of a saga whose detail was dropped with an escalation open."""
+        entry = self._awaiting.get(saga_id)
+        summary = self._summaries.get(saga_id)
+        if entry is None or summary is None:
+            return
+        outcome, states = entry
+        now: list[str] = []
+        for eid, known in states.items():
+            if known is None:
+                e = self._escalations.get(eid)
+                state = OPEN if e is None else escalation_state(e)
+                if state in (CLOSED_BY_PERSON, CLOSED_BY_COMPENSATION):
+                    states[eid] = state  # its view may be dropped now: remember how it closed
+                now.append(state)
+            else:
+                now.append(known)
+        self._summaries[saga_id] = (ended_status(outcome, now), summary[1], outcome)
+        if all(s in (CLOSED_BY_PERSON, CLOSED_BY_COMPENSATION) for s in now):
+            del self._awaiting[saga_id]
 
     # -- memory control -----------------------------------------------------------
 
@@ -249,7 +373,10 @@ class FoldTransitions:
 
     def _drop_detail(self, v: SagaView) -> None:
         if not self._bounded:
-            self._summaries[v.saga_id] = (v.status, v.ended)
+            assert v.outcome is not None
+            self._summaries[v.saga_id] = (v.status, v.ended, v.outcome)
+            if self._open_for(v):
+                self._await(v)
         if not self._keep_resolved:
             for eid in v.escalations:
                 e = self._escalations.get(eid)
@@ -264,6 +391,12 @@ class FoldTransitions:
         self.anomaly_count += 1
         if len(self.anomalies) < MAX_ANOMALIES:
             self.anomalies.append(Anomaly(offset, kind, detail))
+
+
+def _trace(rec: Mapping[str, Any]) -> str | None:
+    """A record's ``trace`` (docs/log-format.md §12.1), or None when absent or not text."""
+    trace = rec.get("trace")
+    return trace if isinstance(trace, str) else None
 
 
 APPLY: Final = {
@@ -287,6 +420,12 @@ UNSCOPED: Final = {
     r.ESCALATION_RETRY: FoldTransitions._retry,
     r.LOG_HEADER: FoldTransitions._log_meta,
     r.TAIL_REPAIRED: FoldTransitions._log_meta,
+    r.CHECKPOINT: FoldTransitions._log_meta,
+    # governance: folded by wal/halts.py and wal/limits.py, not into saga views
+    r.HALT: FoldTransitions._log_meta,
+    r.RESUME: FoldTransitions._log_meta,
+    r.LIMIT_DECLARED: FoldTransitions._log_meta,
+    r.LIMIT_CARRY: FoldTransitions._log_meta,
 }
 assert set(APPLY) | set(UNSCOPED) == r.RECORD_TYPES
 assert not set(APPLY) & set(UNSCOPED)

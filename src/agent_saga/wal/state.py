@@ -6,10 +6,15 @@ so a caller can stream a log of any size and resume from where it stopped.
 
 Rules (``docs/log-format.md`` §2 is normative):
 
-* A saga is terminal only with ``saga_end``. Its status is then the end's outcome
-  (``committed`` / ``rolled_back`` / ``escalated``). Before that it is ``running``,
-  ``recovering`` once a daemon claimed it, or ``rolling_back`` once any undo record
-  (``compensating`` / ``compensated`` / ``compensation_failed``) was written.
+* A saga is terminal only with ``saga_end``. Its status (``wal/status.py`` names
+  them all and derives them) is then ``escalated`` while one of its escalations is
+  open, ``recovering`` while a daemon carries out an operator's retry of one,
+  ``resolved`` once a person closed one, else its outcome — ``rolled_back`` too for an
+  ``escalated`` outcome whose escalations retries all undid. Before that it is
+  ``running``, ``rolling_back`` once any undo record (``compensating`` /
+  ``compensated`` / ``compensation_failed``) was written, or ``recovering`` once a
+  daemon claimed it. ``outcome`` keeps what ``saga_end`` recorded; ``history`` lists
+  who did what (start, claims, escalations, the end, retries, resolutions).
 * A step's state follows its records: ``gated`` / ``refused`` (gate only),
   ``intent`` (dangling: neither ``committed`` nor ``forward_failed`` yet), ``committed``,
   ``no_effect``, ``unknown``, then ``compensating`` / ``compensated`` /
@@ -25,8 +30,10 @@ Rules (``docs/log-format.md`` §2 is normative):
   which recovery resolves or escalates instead of trusting).
 
 Memory: with ``forget_terminal=True`` a saga's detail is dropped as soon as its
-``saga_end`` is applied, keeping only id, status and end time (a *summary*), so memory
-grows with live sagas, open escalations and one summary per ended saga. A saga's
+``saga_end`` is applied, keeping only id, status, end time and outcome (a *summary*;
+while one of its escalations is open, also how each of them was closed, so that the
+summary's status follows later resolutions), so memory grows with live sagas, open
+escalations and one summary per ended saga. A saga's
 approval requests are dropped with its detail (nobody waits for an answer once it
 ended).
 
@@ -73,13 +80,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from . import records as r
-from ._fold_transitions import APPLY, UNSCOPED, FoldTransitions
+from ._fold_transitions import APPLY, UNSCOPED, FoldTransitions, Summary, when
 from ._record_schema import record_problem
 from .views import (
     Anomaly,
     ApprovalView,
     ClaimView,
     EscalationView,
+    HistoryEvent,
     RetryView,
     SagaView,
     StepView,
@@ -94,6 +102,7 @@ __all__ = [
     "ApprovalView",
     "ClaimView",
     "EscalationView",
+    "HistoryEvent",
     "RetryView",
     "SagaFold",
     "SagaView",
@@ -110,10 +119,10 @@ class SagaFold(FoldTransitions):
     """Incremental fold of WAL records into :class:`SagaView` objects.
 
     Args:
-        forget_terminal: Drop a saga's detail as soon as it ends (keep id, status and
-            end time). Use it for processes that stream the log forever.
-        remember_ended: With ``forget_terminal``: keep that id, status and end time
-            (default). False is bounded mode (see the module docstring): memory follows
+        forget_terminal: Drop a saga's detail as soon as it ends (keep id, status, end
+            time and outcome). Use it for processes that stream the log forever.
+        remember_ended: With ``forget_terminal``: keep that id, status, end time and
+            outcome (default). False is bounded mode (see the module docstring): memory follows
             live sagas and open queues only; :meth:`get` then answers None for a saga
             that ended and was forgotten.
         keep_resolved: Keep resolved escalations of forgotten sagas too (what
@@ -159,7 +168,8 @@ class SagaFold(FoldTransitions):
         self._corrupt_seen = False
         self._live: dict[str, SagaView] = {}
         self._ended: dict[str, SagaView] = {}
-        self._summaries: dict[str, tuple[str, float | None]] = {}
+        self._summaries: dict[str, Summary] = {}
+        self._awaiting: dict[str, tuple[str, dict[str, str | None]]] = {}
         self._escalations: dict[str, EscalationView] = {}
         self._approvals: dict[str, ApprovalView] = {}
         self._retries: dict[str, RetryView] = {}  # escalation id -> the latest retry request
@@ -297,6 +307,7 @@ class SagaFold(FoldTransitions):
                 self._escalations[eid] = EscalationView(
                     eid, saga_id, rec["step"], rec["reason"], rec["by"], off, ts
                 )
+                self._late_escalation(saga_id, eid)
             return forgotten
         retry = self._retry_for(rec, saga_id)
         if retry is None:
@@ -310,7 +321,16 @@ class SagaFold(FoldTransitions):
             self._anomaly(off, "after_end", detail)
             return forgotten
         if rtype == r.CLAIM:
+            before = retry.claim
             retry.claim = ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts)
+            held = None if forgotten else self._ended.get(saga_id)
+            if held is None:
+                self._restatus_forgotten(saga_id)
+                return True
+            if before is None or before.by != rec["by"]:  # not a renewal
+                detail = f"retry of {retry.escalation} (fence {rec['fence']})"
+                held.history.append(HistoryEvent("claimed", rec["by"], when(ts), detail))
+            self._restatus(held)
             return True
         return forgotten
 
@@ -337,7 +357,7 @@ class SagaFold(FoldTransitions):
         """Drop the detail of every terminal saga held so far.
 
         Args:
-            keep_summary: Keep id, status and end time (so :meth:`get` still answers
+            keep_summary: Keep id, status, end time and outcome (so :meth:`get` answers
                 and late records are recognised). False drops them too.
 
         Returns:
@@ -348,6 +368,7 @@ class SagaFold(FoldTransitions):
             self._drop_detail(v)
         if not keep_summary:
             self._summaries.clear()
+            self._awaiting.clear()
         return len(ended)
 
     # -- views --------------------------------------------------------------------
@@ -368,9 +389,8 @@ class SagaFold(FoldTransitions):
         summary = self._summaries.get(saga_id)
         if summary is None:
             return None
-        return SagaView(
-            saga_id, status=summary[0], outcome=summary[0], ended=summary[1], forgotten=True
-        )
+        status, ended, outcome = summary
+        return SagaView(saga_id, status=status, outcome=outcome, ended=ended, forgotten=True)
 
     def sagas(self) -> Iterator[SagaView]:
         """Yield every saga: live ones first, then terminal ones (in first-seen order)."""
@@ -406,6 +426,17 @@ class SagaFold(FoldTransitions):
     def escalations(self) -> list[EscalationView]:
         """Return every escalation still held (all of them unless detail was dropped)."""
         return list(self._escalations.values())
+
+    def escalation(self, escalation: str) -> EscalationView | None:
+        """Return the escalation ``escalation`` (``esc-…``), or None when not held.
+
+        Args:
+            escalation: The escalation id.
+
+        Returns:
+            Its view, open or resolved.
+        """
+        return self._escalations.get(escalation)
 
     def open_escalations(self) -> list[EscalationView]:
         """Return escalations without an ``escalation_resolved`` record, oldest first."""

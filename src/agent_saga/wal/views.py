@@ -14,6 +14,7 @@ __all__ = [
     "ApprovalView",
     "ClaimView",
     "EscalationView",
+    "HistoryEvent",
     "RetryView",
     "SagaView",
     "StepView",
@@ -33,6 +34,27 @@ class Anomaly:
     offset: int
     kind: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One fact of a saga's history: who did what, and when (``SagaView.history``).
+
+    Attributes:
+        event: One of :data:`agent_saga.wal.status.HISTORY_EVENTS`.
+        by: Who (an owner id, a daemon id, a person), as recorded.
+        ts: Wall-clock seconds of the record, None when it has none.
+        detail: The rest, for humans: an outcome, a step and a reason, a note.
+    """
+
+    event: str
+    by: Any
+    ts: float | None
+    detail: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The event as ``{"event", "by", "ts", "detail"}``."""
+        return {"event": self.event, "by": self.by, "ts": self.ts, "detail": self.detail}
 
 
 @dataclass(slots=True)
@@ -162,6 +184,7 @@ class StepView:
         idempotent: The intent says the tool's service dedupes by idempotency key
             (False for records written before the field existed: fail closed).
         invalid: Why the compensation recorded with ``committed`` is not valid.
+        trace: The latest intent's ``trace`` (W3C traceparent), when it was traced.
     """
 
     step: int
@@ -184,6 +207,7 @@ class StepView:
     compensated_by: str | None = None
     idempotent: bool = False
     invalid: str | None = None
+    trace: str | None = None
     attempt_states: dict[int, str] = field(default_factory=dict)
     attempt_offsets: dict[int, int] = field(default_factory=dict)
     first_offset: int = 0
@@ -220,6 +244,18 @@ class SagaView:
 
     ``forgotten`` views (terminal sagas whose detail was dropped) carry only
     ``saga_id``, ``status`` and ``ended``; their ``steps`` are empty.
+
+    Attributes:
+        status: What the log alone says of it now, one of
+            :data:`agent_saga.wal.status.LOGGED_STATUSES` (see that module);
+            ``outcome`` is what its ``saga_end`` recorded.
+        undoing: An undo record was written before its ``saga_end``.
+        retrying: The claim of a daemon carrying out an operator's retry of one of
+            its escalations, while that retry is not done.
+        history: Who did what and when: start, claims, escalations, the end,
+            retries, resolutions (:class:`HistoryEvent`), in log order.
+        trace: ``saga_begin``'s W3C traceparent, when the saga was traced
+            (docs/log-format.md §12.1).
     """
 
     saga_id: str
@@ -234,6 +270,10 @@ class SagaView:
     steps: dict[int, StepView] = field(default_factory=dict)
     claims: list[ClaimView] = field(default_factory=list)
     escalations: list[str] = field(default_factory=list)
+    undoing: bool = False
+    retrying: ClaimView | None = None
+    history: list[HistoryEvent] = field(default_factory=list)
+    trace: str | None = None
     first_offset: int = 0
     last_offset: int = 0
     last_ts: float | None = None

@@ -2,10 +2,17 @@
 // Every value from the log is rendered with textContent (never as HTML).
 "use strict";
 
+// The saga statuses of docs/concepts.md ("States"); the server lists them in meta.statuses.
 const LABEL = {
-  in_flight: "in flight", recovering: "recovering", orphaned: "orphaned", failed: "failed",
-  escalated: "escalated", recovered: "recovered by daemon", rolled_back: "rolled back",
+  running: "running", rolling_back: "rolling back", recovering: "recovering", orphaned: "orphaned",
+  escalated: "escalated", resolved: "resolved by a person", rolled_back: "rolled back",
   committed: "committed",
+};
+// A saga's history (docs/concepts.md): who did what, and when.
+const HISTORY = {
+  started: "started", claimed: "taken over", escalated: "escalated", ended: "ended",
+  retry_requested: "retry requested", compensated: "compensated",
+  compensation_failed: "compensation failed", resolved: "resolved",
 };
 const POLL_MS = 1000;
 const S = {
@@ -271,19 +278,21 @@ function renderRuns() {
 // ---- time travel ------------------------------------------------------------------
 // What the log said right after record `at`: every step's state (replaying the
 // server's deltas), the steps whose forward call had committed, the saga's status,
-// and which escalations were open (a re-escalation reuses its id).
+// the outcome its saga_end recorded (if it had ended), and which escalations were
+// open (a re-escalation reuses its id).
 function pointAt(d, at) {
   const states = new Map(), committed = new Set(), escalationOpen = new Map();
-  let status = "running";
+  let status = "running", outcome = null;
   for (let i = 0; i <= at && i < d.records.length; i++) {
     const r = d.records[i];
     if (r.step !== null && r.step_state !== null) states.set(r.step, r.step_state);
     if (r.type === "committed" && r.step !== null) committed.add(r.step);
     if (r.type === "escalated") escalationOpen.set(r.data.escalation, true);
     if (r.type === "escalation_resolved") escalationOpen.set(r.data.escalation, false);
+    if (r.type === "saga_end" && outcome === null) outcome = r.data.outcome;
     status = r.saga_status;
   }
-  return { at, atEnd: at >= d.records.length - 1, states, committed, escalationOpen, status };
+  return { at, atEnd: at >= d.records.length - 1, states, committed, escalationOpen, status, outcome };
 }
 // The forward effect happened: the call committed, or something undid (or is undoing) it.
 function happened(s, st, p) {
@@ -295,7 +304,7 @@ function happened(s, st, p) {
 // resolves its escalation.
 const NEVER_OWED = ["gated", "refused", "no_effect", "compensated"];
 function owed(d, s, st, p) {
-  if (s.semantics === "irreversible" || p.status === "committed" || NEVER_OWED.includes(st)) return false;
+  if (s.semantics === "irreversible" || p.outcome === "committed" || NEVER_OWED.includes(st)) return false;
   if (st === "escalated") return p.escalationOpen.get(s.escalation) !== false;
   return true;
 }
@@ -360,6 +369,7 @@ function renderSaga(c, d) {
     h("span", null, "records ", h("b", { text: n })),
     d.outcome ? h("span", null, "ended ", h("b", { text: `${d.outcome} by ${short(d.ended_by)}` })) : h("span", null, "ended ", h("b", { text: "not yet" })));
   c.append(facts);
+  if (d.history.length) c.append(renderHistory(d));
   if (d.claims.length) {
     const cl = d.claims[d.claims.length - 1];
     c.append(h("div", { class: "note o-recovering" }, `Claimed by the recovery daemon ${cl.by} (fence ${cl.fence}) at ${fmtTime(cl.ts)}` + (d.outcome ? `; it ended the saga: ${d.outcome}.` : ".")));
@@ -402,6 +412,18 @@ function renderSaga(c, d) {
   right.append(renderInspector(d, p, now));
 }
 function atEndPoint(d, p) { return p.atEnd ? p : pointAt(d, d.records.length - 1); }
+
+// The saga's history as the log tells it: "escalated by X at T: …; retry requested by
+// Y …; compensated by saga-recoveryd Z …". The badge is its status now.
+function renderHistory(d) {
+  const ol = h("ol", { class: "history" });
+  for (const e of d.history) {
+    ol.append(h("li", { dataset: { event: e.event } },
+      h("b", { text: HISTORY[e.event] || e.event }),
+      ` by ${e.by ?? "unknown"} at ${fmtTime(e.ts)}${e.detail ? ": " + e.detail : ""}`));
+  }
+  return h("div", { class: "card", id: "history" }, h("h2", { text: "History" }), ol);
+}
 
 function renderTimeline(d, p) {
   const card = h("div", { class: "card", id: "timeline" }, h("h2", { text: "Timeline — forward steps in order, then compensations newest first (LIFO)" }));
@@ -473,7 +495,7 @@ function renderLedger(d, p) {
     const st = p.states.get(s.step);
     const did = happened(s, st, p);
     const irreversible = s.semantics === "irreversible" ? "irreversible · cannot be undone" : null;
-    if (did) done.push(item(s, st, irreversible || (p.status === "committed" && st === "committed" ? "kept: the saga committed" : null)));
+    if (did) done.push(item(s, st, irreversible || (p.outcome === "committed" && st === "committed" ? "kept: the saga committed" : null)));
     if (st === "compensated") undone.push(item(s, st));
     else if (owed(d, s, st, p)) due.push(item(s, st));
     else if (!did) other.push(item(s, st, irreversible));

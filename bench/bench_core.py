@@ -9,6 +9,10 @@ Cases (``docs/performance.md`` explains each figure):
                   and the fsyncs a one-step saga costs.
 - ``concurrency`` durable steps/s and p99 at 1…256 concurrent sagas (asyncio tasks
                   and threads), against a raw batched write+fsync ceiling.
+- ``otel``        the same steps with ``agent_saga.observability.instrument()`` and a
+                  no-op exporter vs without (``_otel.py``, in a child process).
+- ``audit``       chained appends/s (durable and in the Merkle tree, one process) and an
+                  inclusion proof's size and check time in a 1 M-leaf tree (``_audit.py``).
 - ``peers``       the same durable step with SQLite (WAL, synchronous=FULL) and, when
                   installed, DBOS Transact (SQLite system database).
 - ``meta``        interpreter, platform, filesystem, load, date, CPUs.
@@ -42,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import _audit
 from _cases import hot_path, hot_table, hot_targets
 from _floor import Floors, best_floor, real_frames
 from _peers import run_sqlite
@@ -617,6 +622,22 @@ def _peers(p: Params, directory: str, ours_ms: float) -> dict[str, Any]:
     return out
 
 
+# --- observability ------------------------------------------------------------------------
+
+
+def _otel_case(directory: str, samples: int) -> dict[str, Any]:
+    """``_otel.py`` in a child: the other cases must never run instrumented."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "_otel.py"), directory, str(samples)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
 # --- targets and table ------------------------------------------------------------------
 
 
@@ -626,6 +647,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     top = result["concurrency"]["levels"][-1]
     best = max(top["asyncio"]["steps_per_s"], top["threads"]["steps_per_s"])
     dbos = result["peers"]["dbos"]
+    otel = result["otel"]
     rows: list[dict[str, Any]] = [
         {"target": "fast overhead p50 <= 3 us", "value": fast["p50_us"], "limit": 3.0},
         {"target": "fast overhead p95 <= 6 us", "value": fast["p95_us"], "limit": 6.0},
@@ -667,11 +689,22 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "min": 0.30,
         },
         {
+            "target": "durable p50 instrumented <= 1.10 x not (issue 24)",
+            "value": otel["durable"]["ratio"],
+            "limit": 1.10,
+        },
+        {
+            "target": "REVERSIBLE step instrumented adds <= 2 us p50",
+            "value": otel["fast"]["added_p50_us"],
+            "limit": 2.0,
+        },
+        {
             "target": ">= 3x faster than DBOS per durable step",
             "value": dbos.get("speedup"),
             "min": 3.0,
         },
     ]
+    rows += _audit.targets(result["audit"])
     for row in rows:
         v = row["value"]
         if v is None:
@@ -773,6 +806,16 @@ def table(result: dict[str, Any]) -> str:
             + ", ".join(f"{r['dbos_p50_ms']:.3f}/{r['ours_p50_ms']:.3f}" for r in db["rounds"])
             + "; the ratio is the median round's"
         )
+    ot = result["otel"]
+    lines += [
+        "",
+        "otel (instrument(), no-op exporter)  plain p50  instrumented p50",
+        f"  durable step [ms]                  {ot['durable']['plain']['p50_ms']:>9.3f}  "
+        f"{ot['durable']['instrumented']['p50_ms']:>16.3f}  ({ot['durable']['ratio']:.3f}x)",
+        f"  REVERSIBLE step [us]               {ot['fast']['plain']['p50_us']:>9.3f}  "
+        f"{ot['fast']['instrumented']['p50_us']:>16.3f}  (+{ot['fast']['added_p50_us']:.3f} us)",
+    ]
+    lines += ["", _audit.table(result["audit"])]
     lines.append(hot_table(result["durable"]["hot_path"]))
     lines += ["", "targets (docs/performance.md)"]
     for row in result["targets"]:
@@ -813,8 +856,12 @@ def run(p: Params, directory: str, progress: Callable[[str], None] = _log) -> di
     hot["targets"] = hot_targets(hot)
     progress("concurrency …")
     result["concurrency"] = _concurrency(p, directory)
+    progress("otel …")
+    result["otel"] = _otel_case(directory, p.durable_samples)
     progress("peers …")
     result["peers"] = _peers(p, directory, result["durable"]["sync"]["p50_ms"])
+    progress("audit …")
+    result["audit"] = _audit.run(directory, p is QUICK)
     result["targets"] = targets(result)
     result["meta"]["duration_s"] = round(time.perf_counter() - started, 1)
     result["meta"]["quick"] = p is QUICK

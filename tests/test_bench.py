@@ -54,7 +54,16 @@ def _percentiles(d: dict[str, Any], unit: str) -> None:
 
 
 def test_top_level_keys(result: dict[str, Any]) -> None:
-    assert set(result) == {"meta", "fast", "durable", "concurrency", "peers", "targets"}
+    assert set(result) == {
+        "meta",
+        "fast",
+        "durable",
+        "concurrency",
+        "otel",
+        "peers",
+        "audit",
+        "targets",
+    }
 
 
 def test_meta(result: dict[str, Any]) -> None:
@@ -128,9 +137,27 @@ def test_peers(result: dict[str, Any]) -> None:
         assert _is_num(dbos["speedup"])
 
 
+def test_otel_measures_plain_and_instrumented_steps(result: dict[str, Any]) -> None:
+    otel = result["otel"]
+    for case, unit in (("durable", "ms"), ("fast", "us")):
+        _percentiles(otel[case]["plain"], unit)
+        _percentiles(otel[case]["instrumented"], unit)
+    assert _is_num(otel["durable"]["ratio"])
+    assert _is_num(otel["fast"]["added_p50_us"])
+
+
+def test_audit_measures_chained_appends_and_a_proof(result: dict[str, Any]) -> None:
+    chained, proof = result["audit"]["chained"], result["audit"]["proof"]
+    assert chained["records"] > 0
+    assert _is_num(chained["appends_per_s"])
+    assert proof["path_hashes"] == (proof["tree_size"] - 1).bit_length()
+    assert proof["path_bytes"] == 32 * proof["path_hashes"]
+    _percentiles(proof["verify"], "ms")
+
+
 def test_targets(result: dict[str, Any]) -> None:
     rows = result["targets"]
-    assert len(rows) == 11
+    assert len(rows) == 16
     for row in rows:
         assert row["pass"] in (True, False, None)
         assert ("limit" in row) != ("min" in row)

@@ -22,8 +22,15 @@ __all__ = ["cmd_compact", "cmd_db_migrate", "cmd_encrypt", "cmd_verify"]
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``agent-saga wal verify``: count the records and report damage (exit 1)."""
-    report = open_wal(args).verify()
+    """``agent-saga wal verify``: damage, and the Merkle tree against checkpoints (exit 1)."""
+    from ._cli_audit import audit_json, print_audit
+    from .wal.audit import verify_log
+    from .wal.checkpoints import verifying_key
+
+    store = open_wal(args)
+    audit = verify_log(store, anchor=args.anchor, key=verifying_key())
+    report = store.verify()
+    ok = report.ok and audit.ok
     if args.json:
         json.dump(
             {
@@ -34,7 +41,8 @@ def cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "damages": [asdict(d) for d in report.damages],
                 "repairs": report.repairs,
                 "encrypted": report.encrypted,
-                "ok": report.ok,
+                "tree": audit_json(audit),
+                "ok": ok,
             },
             out,
             indent=2,
@@ -49,8 +57,17 @@ def cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         for d in report.damages:
             out.write(f"damage at offset {d.offset}: {d.length} bytes, {d.kind} ({d.detail})\n")
-        out.write("ok\n" if report.ok else f"{len(report.damages)} damaged region(s)\n")
-    return EXIT_OK if report.ok else EXIT_DAMAGE
+        print_audit(audit, out)
+        if ok:
+            out.write("ok\n")
+        else:
+            problems = []
+            if report.damages:
+                problems.append(f"{len(report.damages)} damaged region(s)")
+            if audit.findings:
+                problems.append(f"tampered: {len(audit.findings)} finding(s)")
+            out.write("; ".join(problems) + "\n")
+    return EXIT_OK if ok else EXIT_DAMAGE
 
 
 def cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -14,6 +14,7 @@ from .errors import SagaUsageError
 
 __all__ = [
     "DEFAULT_WAL_PATH",
+    "audit_key_text",
     "decode_key",
     "default_wal_path",
     "redis_password",
@@ -57,6 +58,15 @@ def decode_key(text: str, *, source: str = "key") -> bytes:
     if len(key) != 32:
         raise SagaUsageError(f"{source} must decode to 32 bytes (256 bits), got {len(key)}")
     return key
+
+
+def audit_key_text() -> str | None:
+    """Return ``AGENT_SAGA_AUDIT_KEY`` if set and non-empty: the checkpoint signing key.
+
+    The text is a key or a credential reference (``ref:NAME``); what it may be is
+    :func:`agent_saga.wal.checkpoints.audit_key_from_text`'s to say.
+    """
+    return os.environ.get("AGENT_SAGA_AUDIT_KEY", "").strip() or None
 
 
 def ui_token() -> str | None:

@@ -93,6 +93,8 @@ def _after_key(sep: str, *more: str) -> str:
 
 
 _KV_ANCHORS: Final = (_after_key("="), _after_key(":"))
+
+
 def _after_query_name() -> str:
     """``=`` right after a credential query parameter (``?sig=``, ``&code=`` ...).
 

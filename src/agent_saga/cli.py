@@ -3,7 +3,10 @@
 Subcommands::
 
     agent-saga runs --wal-path P [--status S] [--json]
-    agent-saga wal verify --wal-path P [--json]
+    agent-saga runs SAGA_ID --wal-path P [--json]
+    agent-saga wal verify --wal-path P [--anchor FILE] [--json]
+    agent-saga wal seal --wal-path P --out FILE|DIR|-      (with AGENT_SAGA_AUDIT_KEY set)
+    agent-saga wal prove --wal-path P --saga ID [--out FILE]
     agent-saga wal encrypt --wal-path P     (with AGENT_SAGA_WAL_KEY set)
     agent-saga db migrate --wal-path postgresql://...
     agent-saga wal compact --wal-path P [--retain-seconds N] [--archive [PATH] | --no-archive]
@@ -21,7 +24,9 @@ Subcommands::
 Exit codes:
 
 * 0 — success.
-* 1 — the command did its job but the log is damaged: ``wal verify`` found damage,
+* 1 — the command did its job but the log is damaged: ``wal verify`` found damage
+  or records changed, removed, inserted or reordered (``wal prove``: records the
+  latest checkpoint does not cover yet),
   or ``runs`` / ``escalations`` / ``approvals`` printed what they could read and
   reported the damage on stderr (the listing may be incomplete).
 * 2 — a usage error or any expected error, printed as one line
@@ -39,7 +44,8 @@ Values are printed exactly as they were recorded: the log holds credential
 *references*, never credentials, so nothing here needs to redact.
 
 The parser and the dispatch are here; each command group's implementation has its
-own module: ``_cli_runs`` (``runs``), ``_cli_wal`` (``wal``, ``db``), ``_cli_queues``
+own module: ``_cli_runs`` (``runs``), ``_cli_wal`` (``wal``, ``db``), ``_cli_audit``
+(``wal seal``, ``wal prove``, the tree half of ``wal verify``), ``_cli_queues``
 (``escalations``, ``approvals``); what they share is in ``_cli_common``.
 """
 
@@ -51,6 +57,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
+from ._cli_audit import add_audit_commands
 from ._cli_queues import cmd_approvals, cmd_escalations
 from ._cli_runs import RUN_STATUSES, cmd_runs
 from ._cli_support import (
@@ -124,9 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser(
         "runs",
-        help="list sagas and their state",
+        help="list sagas and their state, or show one saga",
         description="List sagas: status (with the owner's lease: running, "
-        "'running (owner silent, orphaned in N s)', orphaned), steps, start, outcome.",
+        "'running (owner silent, orphaned in N s)', orphaned), steps, start, outcome. "
+        "With SAGA_ID: that saga's status, history, steps, decisions, escalations and "
+        "records. Statuses: docs/concepts.md.",
+    )
+    runs.add_argument(
+        "saga",
+        nargs="?",
+        default=None,
+        metavar="SAGA_ID",
+        help="show this saga (or the one saga whose id starts so) in detail",
     )
     _add_wal_path(runs)
     runs.add_argument(
@@ -141,10 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     wal = sub.add_parser("wal", help="verify or compact a WAL")
     wal_sub = wal.add_subparsers(dest="wal_command", required=True, metavar="ACTION")
 
-    verify = wal_sub.add_parser("verify", help="count records and report damage (exit 1)")
+    verify = wal_sub.add_parser(
+        "verify", help="report damage and check the Merkle tree against checkpoints (exit 1)"
+    )
     _add_wal_path(verify)
+    verify.add_argument(
+        "--anchor", metavar="FILE", help="a checkpoint kept outside the log (wal seal --out)"
+    )
     verify.add_argument("--json", action="store_true", help="print one JSON document")
     verify.set_defaults(handler=cmd_verify)
+    add_audit_commands(wal_sub, _add_wal_path)
 
     compact = wal_sub.add_parser("compact", help="drop sagas that ended long enough ago")
     _add_wal_path(compact)

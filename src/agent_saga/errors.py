@@ -20,7 +20,8 @@
     │   ├── WALCorrupted            a reader met a damaged frame (offset attached)
     │   ├── WALKeyMissing           the log is encrypted and no key was given
     │   ├── WALEncryptionMismatch   a key is set but the log is plaintext (migrate it first)
-    │   └── WALAuthenticationFailed the key is wrong or a record was tampered with
+    │   ├── WALAuthenticationFailed the key is wrong or a record was tampered with
+    │   └── WALAnchorInvalid        an anchor is corrupt, signed by another key, or of another log
     └── RecoveryError               the recovery daemon could not complete an action
 
 Errors carry what they are about as attributes (``saga_id``, ``step_id``,
@@ -44,6 +45,7 @@ __all__ = [
     "SagaError",
     "SagaUsageError",
     "SecretInKwargs",
+    "WALAnchorInvalid",
     "WALAuthenticationFailed",
     "WALCorrupted",
     "WALEncryptionMismatch",
@@ -297,6 +299,15 @@ class WALAuthenticationFailed(WALError):
     def __init__(self, message: str, *, offset: int, path: str | None = None) -> None:
         super().__init__(message, path=path)
         self.offset = offset
+
+
+class WALAnchorInvalid(WALError):
+    """An anchor (a checkpoint kept outside the log) that cannot be used.
+
+    It is unreadable or corrupt, signed with another key than the one configured, or a
+    checkpoint of another log. Nothing about the log can be concluded from it:
+    ``agent-saga wal verify --anchor`` exits 2 with the message.
+    """
 
 
 class RecoveryError(SagaError):

@@ -61,6 +61,32 @@ class ExclusiveHandle:
         """
         return data_end(self._w.path)
 
+    def repair_tail(self) -> None:
+        """Repair a torn tail now (§8), so the next ``append_locked`` batch starts clean.
+
+        A torn tail is otherwise repaired by the next batch, whose first record is
+        then the ``tail_repaired`` one: a checkpoint that counted the leaves before
+        its batch (``wal seal``) must not be preceded by one it did not count.
+
+        Raises:
+            WALWriteFailed: the repair record could not be written.
+            SagaUsageError: used after the ``exclusive()`` block ended.
+        """
+        if not self._open:
+            raise SagaUsageError("repair_tail used outside its exclusive() block")
+        w = self._w
+        with w._io_lock:
+            w._ensure_lease_locked()
+            try:
+                repairs = w.stats.tail_repairs
+                w._write_locked(b"")  # nothing but the repair record, if a tail was torn
+                if w.stats.tail_repairs != repairs:
+                    w._sync()
+            except Exception as exc:
+                raise WALWriteFailed(
+                    f"repairing the torn tail of {w.path} failed ({exc!r})", path=w.path
+                ) from exc
+
     def append_locked(self, records: list[Mapping[str, Any]]) -> None:
         """Write and fsync ``records`` now, as one batch, while holding the lock.
 
@@ -75,7 +101,7 @@ class ExclusiveHandle:
         if not self._open:
             raise SagaUsageError("append_locked used outside its exclusive() block")
         w = self._w
-        frames = [encode_record(r, w._encryptor) for r in records]
+        frames = [encode_record(r, w._encryptor, w._salts.for_record(r)) for r in records]
         data = b"".join(frames)
         with w._io_lock:
             w._ensure_lease_locked()

@@ -159,12 +159,16 @@ def encode_frame(payload: bytes, kind: int = KIND_PLAIN) -> bytes:
     return HEADER.pack(MAGIC, VERSION, kind, n, crc) + payload
 
 
-def encode_record(record: Mapping[str, Any], encryptor: Encryptor | None = None) -> bytes:
+def encode_record(
+    record: Mapping[str, Any], encryptor: Encryptor | None = None, salt: bytes | None = None
+) -> bytes:
     """Encode one record as a complete frame.
 
     Args:
         record: The record (a mapping with a string ``type``).
         encryptor: When given, the JSON is sealed and written as a kind-2 frame.
+        salt: When given, added as the record's last field, ``"salt"`` (ASCII bytes
+            that need no JSON escaping; ``docs/log-format.md`` §12.7).
 
     Returns:
         The frame bytes.
@@ -173,6 +177,9 @@ def encode_record(record: Mapping[str, Any], encryptor: Encryptor | None = None)
         SagaUsageError: the record is not serialisable or too large.
     """
     payload = encode_json(record)
+    if salt is not None:
+        # Spliced in before the closing brace: no copy of the record on the hot path.
+        payload = b"".join((payload[:-1], b',"salt":"', salt, b'"}'))
     if encryptor is None:
         return encode_frame(payload, KIND_PLAIN)
     return encode_frame(encryptor.encrypt(payload), KIND_ENCRYPTED)

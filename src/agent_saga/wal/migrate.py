@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import SagaUsageError, WALCorrupted
-from .format import Encryptor, encode_record
+from .format import KIND_ENCRYPTED, Encryptor, encode_frame
 from .lease import ProcessLock
 from .reader import Damage, Record, scan
 from .snapshots import SnapshotStore, fsync_dir
@@ -115,7 +115,8 @@ def _rewrite(
                         path=wal,
                     )
                 if isinstance(item, Record) and not item.meta:
-                    out.write(encode_record(item.data, encryptor))
+                    # The payload as stored (its salt included), sealed byte for byte.
+                    out.write(encode_frame(encryptor.encrypt(item.payload), KIND_ENCRYPTED))
                     report.records += 1
             out.flush()
             report.bytes_after = out.tell()

@@ -60,14 +60,20 @@ class Record:
     Attributes:
         offset: Byte offset of the frame's first byte.
         end: Byte offset just past the frame (where the next frame starts).
-        data: The decoded record (a JSON object with a string ``type``).
+        data: The decoded record (a JSON object with a string ``type``), without
+            its ``salt``: that field is for the log's Merkle tree alone and stays in
+            ``payload`` (``docs/log-format.md`` §12.7).
         kind: The frame's kind (``KIND_PLAIN`` or ``KIND_ENCRYPTED``).
+        payload: The frame's payload bytes as stored (the JSON of a kind-1 frame, the
+            envelope of a kind-2 frame): what its leaf of the log's Merkle tree
+            hashes (``docs/log-format.md`` §12.7). Not compared.
     """
 
     offset: int
     end: int
     data: dict[str, Any]
     kind: int = KIND_PLAIN
+    payload: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def meta(self) -> bool:
@@ -228,7 +234,7 @@ def _scan_file(
     prealloc = log_format(f.fileno()) == FORMAT_PREALLOCATED
     while True:
         w.drop_before(pos)
-        status, end, detail, data = _frame_at(w, pos)
+        status, end, detail, data, blob = _frame_at(w, pos)
         if status != _VALID and prealloc and w.limit is None:
             # Format 2: where does the data end? Zeros from here on are free space.
             last = _last_nonzero_end(f.fileno(), pos, os.fstat(f.fileno()).st_size)
@@ -239,7 +245,7 @@ def _scan_file(
             # look crc-invalid, i.e. corrupt, instead of incomplete).
             w = _Window(f, pos)
             w.set_limit(last)
-            status, end, detail, data = _frame_at(w, pos)
+            status, end, detail, data, blob = _frame_at(w, pos)
         if status == _EOF:
             return  # clean end: a damaged region never reaches here (pos is a magic)
         if status == _VALID:
@@ -251,9 +257,6 @@ def _scan_file(
                 kind = KIND_ENCRYPTED
                 if decryptor is None:
                     decryptor = _env_decryptor(path, pos)
-                blob = w.get(pos + HEADER_SIZE, end)
-                if len(blob) < end - pos - HEADER_SIZE:  # format 2: ends in zeros
-                    blob = os.pread(f.fileno(), end - pos - HEADER_SIZE, pos + HEADER_SIZE)
                 data = decode_payload(decryptor.decrypt(blob, offset=pos))
             if isinstance(data, str):
                 # crc-valid frame whose payload is not a record: its extent is
@@ -261,7 +264,8 @@ def _scan_file(
                 yield Damage(pos, end - pos, "corrupt", data)
             else:
                 assert isinstance(data, dict)
-                yield Record(pos, end, data, kind)
+                data.pop("salt", None)  # the tree's, kept in the payload (§12.7)
+                yield Record(pos, end, data, kind, blob)
             pos = end
             continue
         if damage_start is None:
@@ -297,35 +301,37 @@ def _zeros(f: IO[bytes], start: int, end: int) -> bool:
     return True
 
 
-def _frame_at(w: _Window, pos: int) -> tuple[int, int, str, dict[str, Any] | str | None]:
-    """Classify the candidate frame at ``pos``: (status, end, detail, plaintext record).
+def _frame_at(w: _Window, pos: int) -> tuple[int, int, str, dict[str, Any] | str | None, bytes]:
+    """Classify the candidate frame at ``pos``: (status, end, detail, record, payload).
 
-    For a valid encrypted frame the record is None (decrypted by the caller).
+    For a valid encrypted frame the record is None (decrypted by the caller); the
+    payload is the frame's payload bytes when it is valid, else empty.
     """
     if not w.fill(pos + HEADER_SIZE):
         rest = w.get(pos, w.end())
         if not rest:
-            return (_EOF, pos, "", None)
+            return (_EOF, pos, "", None, b"")
         if header_prefix_plausible(rest):
-            return (_INCOMPLETE, pos, "incomplete frame header", None)
-        return (_INVALID, pos, "garbage", None)
+            return (_INCOMPLETE, pos, "incomplete frame header", None, b"")
+        return (_INVALID, pos, "garbage", None, b"")
     status, kind, length, crc, detail = check_header(w.get(pos, pos + HEADER_SIZE))
     if status != "ok":
-        return (_INVALID, pos, detail, None)
+        return (_INVALID, pos, detail, None, b"")
     end = pos + HEADER_SIZE + length
     if not w.fill(end):
         if w.limit is not None:
             # Format 2: a last frame whose final bytes are zeros ends past the data.
             payload = os.pread(w.f.fileno(), length, pos + HEADER_SIZE)
             if len(payload) == length and frame_crc_ok(kind, length, crc, payload):
-                return (_VALID, end, "", decode_payload(payload) if kind == KIND_PLAIN else None)
-        return (_INCOMPLETE, pos, "frame extends past end of file", None)
+                data = decode_payload(payload) if kind == KIND_PLAIN else None
+                return (_VALID, end, "", data, payload)
+        return (_INCOMPLETE, pos, "frame extends past end of file", None, b"")
     payload = w.get(pos + HEADER_SIZE, end)
     if not frame_crc_ok(kind, length, crc, payload):
-        return (_INVALID, pos, "crc mismatch", None)
+        return (_INVALID, pos, "crc mismatch", None, b"")
     if kind == KIND_PLAIN:
-        return (_VALID, end, "", decode_payload(payload))
-    return (_VALID, end, "", None)
+        return (_VALID, end, "", decode_payload(payload), payload)
+    return (_VALID, end, "", None, payload)
 
 
 def _env_decryptor(path: str, offset: int) -> Decryptor:

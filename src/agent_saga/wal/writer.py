@@ -38,6 +38,7 @@ from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
 from .records import ESCALATED
+from .salt import SaltPool
 from .tail import FORMAT_APPEND, FORMAT_PREALLOCATED
 
 __all__ = [
@@ -125,6 +126,7 @@ class WALWriter(FileBatches):
         self.owner = uuid.uuid4().hex
         self.stats = WriterStats()
         self._encryptor = encryptor
+        self._salts = SaltPool()  # one salt per saga record (docs/log-format.md §12.7)
         self._io = _io or WriterIO()
         self._init_queue(queue_limit, backpressure, block_timeout)
         self._lease_seconds = lease_seconds
@@ -212,7 +214,12 @@ class WALWriter(FileBatches):
             LeaseLost: this writer is fenced.
             SagaUsageError: the writer is closed, or the record cannot be encoded.
         """
-        self._enqueue(encode_record(record, self._encryptor), None, None, waited=False)
+        self._enqueue(
+            encode_record(record, self._encryptor, self._salts.for_record(record)),
+            None,
+            None,
+            waited=False,
+        )
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Submit a record and block until it (and all before it) is durable.
@@ -227,7 +234,7 @@ class WALWriter(FileBatches):
             SagaUsageError: as for :meth:`submit`, or called inside ``exclusive()``.
         """
         self._not_in_exclusive()
-        data = encode_record(record, self._encryptor)
+        data = encode_record(record, self._encryptor, self._salts.for_record(record))
         with self._lock:
             # The common case of a lone writer: nothing queued, nothing being written.
             # Write this one record here, with no batch object and no hand-off at all.
@@ -277,7 +284,7 @@ class WALWriter(FileBatches):
             raise SagaUsageError("append_fenced writes escalations only")
         if self._closed or self._defunct:
             raise SagaUsageError(f"WAL writer for {self.path} is closed")
-        data = encode_record(record, self._encryptor)
+        data = encode_record(record, self._encryptor, self._salts.for_record(record))
         try:
             with self._plock, self._io_lock:
                 self._write_locked(data)
@@ -302,7 +309,7 @@ class WALWriter(FileBatches):
             SagaUsageError: as for :meth:`submit`.
         """
         self._not_in_exclusive()
-        data = encode_record(record, self._encryptor)
+        data = encode_record(record, self._encryptor, self._salts.for_record(record))
         loop = asyncio.get_running_loop()
         if self._sync_on_loop and not getattr(loop, "_ready", True):
             # Nothing else is runnable on this loop in this iteration, so no other

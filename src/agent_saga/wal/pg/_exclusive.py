@@ -206,7 +206,7 @@ class PgExclusive:
             raise w._lease_lost()
         if not records:
             return
-        frames = [encode_record(r, w._encryptor) for r in records]
+        frames = [encode_record(r, w._encryptor, w._salts.for_record(r)) for r in records]
         sagas = [r.get("saga") if isinstance(r.get("saga"), str) else None for r in records]
         try:
             got = conn.execute(

@@ -155,7 +155,8 @@ def decode_row(
             ) from None
     if isinstance(data, str):
         return Damage(seq, 1, "corrupt", data)
-    return Record(seq, seq + 1, data, kind)
+    data.pop("salt", None)  # the tree's, kept in the payload (docs/log-format.md §12.7)
+    return Record(seq, seq + 1, data, kind, payload)
 
 
 def scan_log(
@@ -183,7 +184,7 @@ def scan_log(
     if start <= 0:
         header = decode_payload(row.header[HEADER_SIZE:])
         if isinstance(header, dict):
-            yield Record(0, 1, header, KIND_PLAIN)
+            yield Record(0, 1, header, KIND_PLAIN, row.header[HEADER_SIZE:])
     pos = max(start, 1)
     q = sql(
         loc,

@@ -43,6 +43,7 @@ from .._queue import Backpressure, check_queue_args
 from .._writers import Registry
 from ..format import Encryptor, encode_record
 from ..records import ESCALATED
+from ..salt import SaltPool
 from ..tail import header_record
 from ._batches import PgBatches, waiter_error
 from ._exclusive import PgExclusive
@@ -149,6 +150,7 @@ class PgWriter(PgBatches):
         self.owner = uuid.uuid4().hex
         self.stats = WriterStats()
         self._encryptor = encryptor
+        self._salts = SaltPool()  # one salt per saga record (docs/log-format.md §12.7)
         self._init_queue(queue_limit, backpressure, block_timeout)
         self._lease_seconds = float(lease_seconds)
         self._resolve_timeout = resolve_timeout
@@ -204,7 +206,7 @@ class PgWriter(PgBatches):
             LeaseLost: this writer is fenced.
             SagaUsageError: closed, or the record cannot be encoded.
         """
-        frame = encode_record(record, self._encryptor)
+        frame = encode_record(record, self._encryptor, self._salts.for_record(record))
         self._enqueue(saga_of(record), frame, None, None, waited=False)
 
     def append(self, record: Mapping[str, Any]) -> None:
@@ -217,7 +219,7 @@ class PgWriter(PgBatches):
             SagaUsageError: as for :meth:`submit`, or called inside ``exclusive()``.
         """
         self._not_in_exclusive()
-        frame = encode_record(record, self._encryptor)
+        frame = encode_record(record, self._encryptor, self._salts.for_record(record))
         batch = self._enqueue(saga_of(record), frame, None, None)
         batch.event.wait()
         if batch.error is not None:
@@ -230,7 +232,7 @@ class PgWriter(PgBatches):
             PgWriteFailed, LeaseLost, WALFull, SagaUsageError: as for :meth:`append`.
         """
         self._not_in_exclusive()
-        frame = encode_record(record, self._encryptor)
+        frame = encode_record(record, self._encryptor, self._salts.for_record(record))
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         saga = saga_of(record)
@@ -253,7 +255,7 @@ class PgWriter(PgBatches):
             raise SagaUsageError("append_fenced writes escalations only")
         if self.closed:
             raise SagaUsageError(f"WAL writer for {self.path} is closed")
-        frame = encode_record(record, self._encryptor)
+        frame = encode_record(record, self._encryptor, self._salts.for_record(record))
         conn = self.loc.connect("escalation", owner=self.owner)
         try:
             conn.execute(

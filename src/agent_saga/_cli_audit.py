@@ -1,0 +1,152 @@
+"""``agent-saga wal seal|prove`` and the tree half of ``wal verify``: the verifiable log.
+
+What each command does lives in the log layer (:mod:`agent_saga.wal.proofs`,
+:mod:`agent_saga.wal.audit`); here are its flags and its output. ``docs/audit.md``
+explains the commands, ``docs/log-format.md`` §12.7 the tree and checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from ._cli_common import open_wal
+from ._cli_support import EXIT_DAMAGE, EXIT_OK
+from .errors import SagaUsageError
+from .wal.audit import AuditReport
+from .wal.checkpoints import signing_key, verifying_key, write_anchor
+from .wal.proofs import prove, seal
+
+__all__ = ["add_audit_commands", "audit_json", "cmd_prove", "cmd_seal", "print_audit"]
+
+
+def add_audit_commands(
+    wal_sub: Any, add_wal_path: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    """Add ``wal seal`` and ``wal prove`` to the ``wal`` command group."""
+    seal_p = wal_sub.add_parser(
+        "seal", help="append a signed checkpoint of the log and keep a copy outside it"
+    )
+    add_wal_path(seal_p)
+    seal_p.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="where to keep the checkpoint: a file, a directory (a witness syncs it), or - "
+        "for stdout",
+    )
+    seal_p.set_defaults(handler=cmd_seal)
+
+    prove_p = wal_sub.add_parser(
+        "prove", help="inclusion proofs of a saga's records against the latest checkpoint"
+    )
+    add_wal_path(prove_p)
+    prove_p.add_argument("--saga", required=True, metavar="ID", help="the saga to prove")
+    prove_p.add_argument(
+        "--out", default="-", metavar="FILE", help="the proof file (default: - for stdout)"
+    )
+    prove_p.set_defaults(handler=cmd_prove)
+
+
+def cmd_seal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``agent-saga wal seal``: sign the log's tree, in the log and in ``--out``."""
+    key = signing_key()
+    store = open_wal(args)
+    if args.out != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        # Refused before sealing: a checkpoint in the log and none outside is no anchor.
+        raise SagaUsageError(f"--out {args.out}: its directory does not exist")
+    sealed = seal(store, key)
+    cp = sealed.checkpoint
+    root = base64.b64encode(cp.root).decode()
+    where = "offset" if store.kind == "file" else "seq"
+    summary = (
+        f"{store.display}: sealed {cp.size} leaves, root {root}, as the checkpoint at "
+        f"{where} {sealed.cursor} ({cp.alg} key {cp.key_id})"
+    )
+    if args.out == "-":
+        out.write(cp.file_form())
+        err.write(summary + "\n")
+    else:
+        path = write_anchor(cp, args.out)
+        out.write(f"{summary}\nkept outside the log in {path}\n")
+    if key.public_text is not None:
+        (err if args.out == "-" else out).write(f"public key: {key.public_text}\n")
+    return EXIT_OK
+
+
+def cmd_prove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``agent-saga wal prove``: a proof file for a saga (exit 1 when some is not covered)."""
+    store = open_wal(args)
+    result = prove(store, args.saga, key=verifying_key())
+    text = json.dumps(result.document, indent=1) + "\n"
+    if args.out == "-":
+        out.write(text)
+    else:
+        tmp = f"{args.out}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, args.out)
+        out.write(
+            f"{store.display}: {result.covered} record(s) of saga {args.saga} proved against "
+            f"the checkpoint at {result.document['checkpoint_at']}; written to {args.out}\n"
+        )
+    if result.uncovered:
+        err.write(
+            f"agent-saga: warning: {len(result.uncovered)} record(s) of saga {args.saga} come "
+            f"after the latest checkpoint (leaves {result.uncovered[0]}-"
+            f"{result.uncovered[-1]}): run `agent-saga wal seal` and prove again\n"
+        )
+        return EXIT_DAMAGE
+    return EXIT_OK
+
+
+def audit_json(a: AuditReport) -> dict[str, Any]:
+    """The tree half of ``wal verify --json``."""
+    b64 = base64.b64encode
+    anchor = None
+    if a.anchor is not None:
+        anchor = {
+            "path": a.anchor.path,
+            "size": a.anchor.size,
+            "key_id": a.anchor.key_id,
+            "consistency_proof": [b64(p).decode() for p in a.anchor.proof],
+            "consistent": a.anchor.consistent,
+        }
+    return {
+        "log": a.log,
+        "size": a.size,
+        "root": b64(a.root).decode(),
+        "checkpoints": a.checkpoints,
+        "checkpoints_ok": a.checkpoints_ok,
+        "sealed": a.sealed,
+        "sealed_at": a.sealed_at,
+        "key": a.key,
+        "anchor": anchor,
+        "findings": [{"kind": f.kind, "at": f.cursor, "text": f.text} for f in a.findings],
+        "notes": a.notes,
+        "ok": a.ok,
+    }
+
+
+def print_audit(a: AuditReport, out: TextIO) -> None:
+    """The tree half of ``wal verify``'s text output (one fact per line)."""
+    root = base64.b64encode(a.root).decode()
+    out.write(f"tree: {a.size} leaves, root {root}\n")
+    if a.checkpoints:
+        out.write(f"checkpoints: {a.checkpoints_ok} of {a.checkpoints} verified (key: {a.key})\n")
+    if a.anchor is not None:
+        if a.anchor.consistent:
+            out.write(
+                f"anchor {a.anchor.path}: its {a.anchor.size} leaves are the log's first; "
+                f"consistency proof to {a.size} leaves ({len(a.anchor.proof)} hashes) verifies\n"
+            )
+        elif a.anchor.consistent is False:
+            out.write(f"anchor {a.anchor.path}: the consistency proof does not verify\n")
+    for f in a.findings:
+        out.write(f"tampered: {f.text}\n")
+    for n in a.notes:
+        out.write(f"note: {n}\n")

@@ -1,0 +1,593 @@
+"""Check agent-saga audit proofs offline, with nothing but this file.
+
+Run it as ``python -m agent_saga.wal.verifier PROOF.json --key KEY`` where agent-saga
+is installed, or copy this one file anywhere and run ``python verifier.py PROOF.json
+--key KEY``: it needs Python 3.10+ and the standard library; ``cryptography`` only to
+check Ed25519 signatures (imported when one is checked). ``docs/audit.md`` describes
+the files and ``docs/log-format.md`` §12.7 the tree.
+
+The tree is RFC 6962's: a leaf is ``SHA-256(0x00 || payload)``, an interior node
+``SHA-256(0x01 || left || right)``; inclusion and consistency proofs are checked with
+the algorithms of RFC 9162 §2.1.3.2 and §2.1.4.2. A checkpoint signs a fixed text::
+
+    agent-saga/checkpoint/v1
+    log <log id>
+    size <number of leaves>
+    root <base64 of the root>
+    ts <milliseconds since the epoch>
+
+and its file form (what ``agent-saga wal seal --out`` writes, the anchor you keep)
+is that text, a blank line, ``sig <alg> <key id> <base64 signature> [<base64 public
+key>]`` and optionally ``frontier <base64> ...`` (the perfect subtrees' roots, left
+to right: they fold to the root, and let ``wal verify`` say where a log departs).
+
+Exit status of the command: 0 every proof verifies, 1 a proof or a signature fails,
+2 a file cannot be read (or no key was given to pin the signer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CHECKPOINT_HEADER",
+    "EMPTY_ROOT",
+    "PROOF_FORMAT",
+    "Checkpoint",
+    "ProofError",
+    "VerifyKey",
+    "checkpoint_text",
+    "decode_bytes",
+    "ed25519_key_id",
+    "fold_frontier",
+    "hmac_key_id",
+    "leaf_hash",
+    "main",
+    "node_hash",
+    "parse_checkpoint",
+    "parse_key",
+    "root_from_inclusion",
+    "verify_consistency",
+    "verify_inclusion",
+    "verify_proof_document",
+]
+
+#: The first line of the signed text of a checkpoint (its version).
+CHECKPOINT_HEADER = "agent-saga/checkpoint/v1"
+#: The ``format`` of a proof file written by ``agent-saga wal prove``.
+PROOF_FORMAT = "agent-saga/proof/v1"
+#: The root of the empty tree: ``SHA-256()`` (RFC 6962 §2.1).
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+
+_HMAC_ID = b"agent-saga/audit-hmac-key-id/v1"
+_WHOLE = re.compile(r"0|[1-9][0-9]{0,18}")
+_sha256 = hashlib.sha256
+
+
+class ProofError(ValueError):
+    """A checkpoint, key or proof file that cannot be read (exit 2 of the command)."""
+
+
+# ---------------------------------------------------------------------------- hashing
+
+
+def leaf_hash(data: bytes) -> bytes:
+    """RFC 6962 leaf hash: ``SHA-256(0x00 || data)``.
+
+    Args:
+        data: The leaf's bytes (a record's payload as stored).
+
+    Returns:
+        32 bytes.
+    """
+    return _sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """RFC 6962 interior node hash: ``SHA-256(0x01 || left || right)``.
+
+    Args:
+        left: The left child's hash.
+        right: The right child's hash.
+
+    Returns:
+        32 bytes.
+    """
+    return _sha256(b"\x01" + left + right).digest()
+
+
+def fold_frontier(nodes: Sequence[bytes]) -> bytes:
+    """The root of a tree from its perfect subtrees' roots, left to right.
+
+    Args:
+        nodes: The roots of the perfect subtrees covering the leaves (sizes are the
+            binary digits of the tree size, largest first).
+
+    Returns:
+        The tree's root (:data:`EMPTY_ROOT` for no nodes).
+    """
+    if not nodes:
+        return EMPTY_ROOT
+    h = nodes[-1]
+    for n in reversed(nodes[:-1]):
+        h = node_hash(n, h)
+    return h
+
+
+# ------------------------------------------------------------------ RFC 9162 verifiers
+
+
+def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes]) -> bytes | None:
+    """The root an inclusion proof leads to (RFC 9162 §2.1.3.2), or None if malformed.
+
+    Args:
+        index: The leaf's index (0-based).
+        size: The tree size the proof is for.
+        leaf: The leaf's hash.
+        proof: The audit path, from the leaf up.
+
+    Returns:
+        The computed root, or None when the proof cannot be for ``index`` in ``size``.
+    """
+    if index < 0 or index >= size or len(leaf) != 32:
+        return None
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0 or len(p) != 32:
+            return None
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return r if sn == 0 else None
+
+
+def verify_inclusion(
+    index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes
+) -> bool:
+    """Whether ``proof`` shows leaf hash ``leaf`` at ``index`` in the tree ``root`` of ``size``.
+
+    Args:
+        index: The leaf's index.
+        size: The tree size.
+        leaf: The leaf's hash.
+        proof: The audit path.
+        root: The tree's root.
+
+    Returns:
+        True when the proof verifies.
+    """
+    got = root_from_inclusion(index, size, leaf, proof)
+    return got is not None and hmac.compare_digest(got, root)
+
+
+def verify_consistency(
+    size1: int, size2: int, root1: bytes, root2: bytes, proof: Sequence[bytes]
+) -> bool:
+    """Whether the tree ``root1`` of ``size1`` is a prefix of ``root2`` of ``size2``.
+
+    RFC 9162 §2.1.4.2; an empty first tree is a prefix of every tree, and equal sizes
+    need equal roots and an empty proof.
+
+    Args:
+        size1: The earlier tree's size.
+        size2: The later tree's size.
+        root1: The earlier root.
+        root2: The later root.
+        proof: The consistency proof.
+
+    Returns:
+        True when the proof verifies.
+    """
+    if size1 < 0 or size2 < size1 or any(len(p) != 32 for p in proof):
+        return False
+    if size1 == size2:
+        return not proof and hmac.compare_digest(root1, root2)
+    if size1 == 0:
+        return not proof
+    if not proof:
+        return False
+    path = list(proof)
+    if size1 & (size1 - 1) == 0:  # a power of two: the old root is a node of the new tree
+        path.insert(0, root1)
+    fn, sn = size1 - 1, size2 - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and hmac.compare_digest(fr, root1) and hmac.compare_digest(sr, root2)
+
+
+# ------------------------------------------------------------------------------- keys
+
+
+@dataclass(frozen=True)
+class VerifyKey:
+    """A key that checks checkpoint signatures.
+
+    Attributes:
+        alg: ``"ed25519"`` or ``"hmac-sha256"``.
+        key_id: 8 hex digits naming the key (a public key's or a secret's digest).
+        material: The raw Ed25519 public key (32 bytes) or the HMAC secret.
+    """
+
+    alg: str
+    key_id: str
+    material: bytes = field(repr=False)
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        """Whether ``signature`` is this key's signature of ``message``.
+
+        Raises:
+            ProofError: an Ed25519 key and ``cryptography`` is not installed.
+        """
+        if self.alg == "hmac-sha256":
+            want = hmac.new(self.material, message, hashlib.sha256).digest()
+            return hmac.compare_digest(want, signature)
+        pub = _ed25519().Ed25519PublicKey.from_public_bytes(self.material)
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            pub.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+
+def ed25519_key_id(public: bytes) -> str:
+    """The key id of an Ed25519 public key: the first 4 bytes of its SHA-256, in hex."""
+    return _sha256(public).hexdigest()[:8]
+
+
+def hmac_key_id(secret: bytes) -> str:
+    """The key id of an HMAC secret (a digest that reveals nothing usable about it)."""
+    return _sha256(_HMAC_ID + secret).hexdigest()[:8]
+
+
+def decode_bytes(text: str, what: str) -> bytes:
+    """Hex (an even number of hex digits) or base64 (standard or URL-safe) to bytes.
+
+    Raises:
+        ProofError: neither; the message never echoes ``text`` (it may be a secret).
+    """
+    t = text.strip()
+    if t and len(t) % 2 == 0 and all(c in "0123456789abcdefABCDEF" for c in t):
+        return bytes.fromhex(t)
+    padded = t.replace("-", "+").replace("_", "/") + "=" * (-len(t) % 4)
+    try:
+        return base64.b64decode(padded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProofError(f"{what} is neither hex nor base64") from None
+
+
+def parse_key(text: str, what: str = "the key") -> VerifyKey:
+    """A verifying key from text: the forms ``AGENT_SAGA_AUDIT_KEY`` takes.
+
+    ``ed25519-pub:<32 bytes>`` (a public key: verifies only), ``ed25519:<32-byte
+    seed>`` or a bare 32-byte seed (its public key is derived; needs cryptography),
+    ``hmac:<at least 16 bytes>``; bytes as hex or base64.
+
+    Args:
+        text: The key text.
+        what: How to name the key in an error.
+
+    Returns:
+        The key.
+
+    Raises:
+        ProofError: not a key of these forms (the message never echoes it).
+    """
+    t = text.strip()
+    prefix, sep, rest = t.partition(":")
+    if not sep or prefix not in ("ed25519", "ed25519-pub", "hmac"):
+        prefix, rest = "ed25519", t
+    raw = decode_bytes(rest, what)
+    if prefix == "hmac":
+        if len(raw) < 16:
+            raise ProofError(f"{what}: an HMAC key needs at least 16 bytes, got {len(raw)}")
+        return VerifyKey("hmac-sha256", hmac_key_id(raw), raw)
+    if len(raw) != 32:
+        raise ProofError(f"{what}: an Ed25519 key is 32 bytes, got {len(raw)}")
+    if prefix == "ed25519":
+        from cryptography.hazmat.primitives import serialization
+
+        seed = _ed25519().Ed25519PrivateKey.from_private_bytes(raw)
+        raw = seed.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+    return VerifyKey("ed25519", ed25519_key_id(raw), raw)
+
+
+def _ed25519() -> Any:
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise ProofError(
+            "Ed25519 signatures need the 'cryptography' package: pip install cryptography "
+            "(with agent-saga: pip install 'sagaops-agent-saga[encryption]')"
+        ) from None
+    return ed25519
+
+
+# ------------------------------------------------------------------------ checkpoints
+
+
+def checkpoint_text(log: str, size: int, root: bytes, ts_ms: int) -> bytes:
+    """The exact bytes a checkpoint's signature covers.
+
+    Args:
+        log: The log's id (its ``log_header``'s ``log``).
+        size: The number of leaves the checkpoint covers.
+        root: The root of those leaves.
+        ts_ms: When it was made, in milliseconds since the epoch.
+
+    Returns:
+        Five lines, each ending in a newline.
+    """
+    b64 = base64.b64encode(root).decode()
+    return f"{CHECKPOINT_HEADER}\nlog {log}\nsize {size}\nroot {b64}\nts {ts_ms}\n".encode()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A signed tree head, as read from its file form (:func:`parse_checkpoint`).
+
+    Attributes:
+        log: The log's id.
+        size: How many leaves it covers.
+        root: Their root.
+        ts_ms: When it was made (ms since the epoch).
+        alg: The signature's algorithm.
+        key_id: The signer's key id.
+        signature: The signature of :meth:`text`.
+        public_key: An Ed25519 signer's public key as the file gives it (not trusted
+            unless pinned: the key id is only 32 bits).
+        frontier: The perfect subtrees' roots, when the file gives them.
+    """
+
+    log: str
+    size: int
+    root: bytes
+    ts_ms: int
+    alg: str
+    key_id: str
+    signature: bytes
+    public_key: bytes | None = None
+    frontier: tuple[bytes, ...] = ()
+
+    def text(self) -> bytes:
+        """The signed text."""
+        return checkpoint_text(self.log, self.size, self.root, self.ts_ms)
+
+    def file_form(self) -> str:
+        """The file an anchor is kept in: the text, a blank line, the signature line."""
+        b64 = base64.b64encode
+        sig = f"sig {self.alg} {self.key_id} {b64(self.signature).decode()}"
+        if self.public_key is not None:
+            sig += f" {b64(self.public_key).decode()}"
+        out = self.text().decode() + "\n" + sig + "\n"
+        if self.frontier:
+            out += "frontier " + " ".join(b64(n).decode() for n in self.frontier) + "\n"
+        return out
+
+    def signed_by(self, key: VerifyKey) -> bool:
+        """Whether ``key`` made this checkpoint's signature (same id, valid signature)."""
+        return (
+            key.alg == self.alg
+            and key.key_id == self.key_id
+            and key.verify(self.text(), self.signature)
+        )
+
+    def embedded_key(self) -> VerifyKey | None:
+        """The Ed25519 key the file names, when its id matches (unpinned: see above)."""
+        if self.alg != "ed25519" or self.public_key is None:
+            return None
+        if ed25519_key_id(self.public_key) != self.key_id:
+            return None
+        return VerifyKey("ed25519", self.key_id, self.public_key)
+
+
+def _b64(text: str, what: str, size: int | None = 32) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProofError(f"{what} is not base64") from None
+    if size is not None and len(raw) != size:
+        raise ProofError(f"{what} is {len(raw)} bytes, not {size}")
+    return raw
+
+
+def parse_checkpoint(text: str) -> Checkpoint:
+    """Read a checkpoint's file form (an anchor, or the one inside a proof file).
+
+    Args:
+        text: The file's text.
+
+    Returns:
+        The checkpoint (its signature not yet checked).
+
+    Raises:
+        ProofError: the text is not a well-formed checkpoint (says which line).
+    """
+    lines = text.split("\n")
+    if len(lines) < 7 or lines[0] != CHECKPOINT_HEADER:
+        raise ProofError(
+            f"not an agent-saga checkpoint (the first line must be {CHECKPOINT_HEADER})"
+        )
+    fields: dict[str, str] = {}
+    for n, (line, name) in enumerate(
+        zip(lines[1:5], ("log", "size", "root", "ts"), strict=True), 2
+    ):
+        key, _, value = line.partition(" ")
+        if key != name or not value:
+            raise ProofError(f"checkpoint line {n} must be '{name} <value>'")
+        fields[name] = value
+    if lines[5] != "":
+        raise ProofError("checkpoint line 6 must be empty (it ends the signed text)")
+    sig = lines[6].split(" ")
+    if len(sig) not in (4, 5) or sig[0] != "sig" or sig[1] not in ("ed25519", "hmac-sha256"):
+        raise ProofError("checkpoint line 7 must be 'sig <ed25519|hmac-sha256> <key id> <base64>'")
+    if not (_WHOLE.fullmatch(fields["size"]) and _WHOLE.fullmatch(fields["ts"])):
+        raise ProofError("checkpoint size and ts must be whole numbers")
+    frontier: tuple[bytes, ...] = ()
+    for n, line in enumerate(lines[7:], 8):
+        if line.startswith("frontier"):
+            frontier = tuple(_b64(x, f"frontier node on line {n}") for x in line.split(" ")[1:])
+        elif line:
+            raise ProofError(f"checkpoint line {n} is not understood")
+    cp = Checkpoint(
+        log=fields["log"],
+        size=int(fields["size"]),
+        root=_b64(fields["root"], "the checkpoint's root"),
+        ts_ms=int(fields["ts"]),
+        alg=sig[1],
+        key_id=sig[2],
+        signature=_b64(sig[3], "the signature", None),
+        public_key=_b64(sig[4], "the public key") if len(sig) == 5 else None,
+        frontier=frontier,
+    )
+    if frontier and (len(frontier) != cp.size.bit_count() or fold_frontier(frontier) != cp.root):
+        raise ProofError("the checkpoint's frontier does not fold to its root")
+    return cp
+
+
+# ------------------------------------------------------------------------ proof files
+
+
+def verify_proof_document(doc: Any, key: VerifyKey | None) -> tuple[list[str], list[str]]:
+    """Check a proof file written by ``agent-saga wal prove``.
+
+    Args:
+        doc: The parsed JSON.
+        key: The signer's key you trust; None accepts the Ed25519 key the checkpoint
+            names (said in the notes: that only proves consistency, not who signed).
+
+    Returns:
+        ``(notes, failures)``: what was checked, and what failed (empty: verified).
+
+    Raises:
+        ProofError: the document is not a proof file, or no key can check it.
+    """
+    if not isinstance(doc, dict) or doc.get("format") != PROOF_FORMAT:
+        raise ProofError(f"not an agent-saga proof file (format must be {PROOF_FORMAT})")
+    cp = parse_checkpoint(str(doc.get("checkpoint", "")))
+    notes: list[str] = []
+    failures: list[str] = []
+    if key is None:
+        key = cp.embedded_key()
+        if key is None:
+            raise ProofError("give the signer's key (--key): the checkpoint names none")
+        notes.append(f"signer not pinned: checked against the key the file names ({key.key_id})")
+    elif key.key_id != cp.key_id or key.alg != cp.alg:
+        raise ProofError(
+            f"the checkpoint is signed with another key ({cp.alg} {cp.key_id}, "
+            f"expected {key.alg} {key.key_id})"
+        )
+    if cp.signed_by(key):
+        notes.append(
+            f"checkpoint of log {cp.log}: {cp.size} leaves, signature ok ({cp.alg} {cp.key_id})"
+        )
+    else:
+        failures.append("the checkpoint's signature does not verify")
+    records = doc.get("records")
+    if not isinstance(records, list):
+        raise ProofError("the proof file has no 'records' list")
+    for i, item in enumerate(records):
+        failures.extend(_check_record(i, item, cp))
+    notes.append(f"{len(records)} record(s) of saga {doc.get('saga')!s}")
+    return notes, failures
+
+
+def _check_record(i: int, item: Any, cp: Checkpoint) -> list[str]:
+    if not isinstance(item, dict):
+        raise ProofError(f"record {i} is not an object")
+    try:
+        leaf, path = int(item["leaf"]), [_b64(p, f"record {i}'s path") for p in item["path"]]
+        if "payload" in item:
+            payload = str(item["payload"]).encode("ascii")
+        else:
+            payload = _b64(str(item["payload_b64"]), f"record {i}'s payload", None)
+    except (KeyError, TypeError, ValueError, UnicodeEncodeError) as exc:
+        if isinstance(exc, ProofError):
+            raise
+        raise ProofError(f"record {i} lacks leaf, path or payload") from None
+    where = f"record {i} (leaf {leaf}, at {item.get('at')})"
+    if not verify_inclusion(leaf, cp.size, leaf_hash(payload), path, cp.root):
+        return [f"{where}: its inclusion proof does not lead to the checkpoint's root"]
+    return []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check a proof file; print what was checked; return 0, 1 or 2 (see the module)."""
+    parser = argparse.ArgumentParser(
+        prog="agent-saga-verify",
+        description="Check an agent-saga proof file (agent-saga wal prove) offline.",
+    )
+    parser.add_argument("proof", help="the proof file (JSON)")
+    pin = parser.add_mutually_exclusive_group()
+    pin.add_argument("--key", help="the signer's key: ed25519-pub:<key>, or hmac:<secret>")
+    pin.add_argument("--key-file", help="a file holding the key text (keeps it out of ps)")
+    pin.add_argument("--anchor", help="a checkpoint file you trust: pins its signer's key")
+    args = parser.parse_args(argv)
+    try:
+        key: VerifyKey | None = None
+        if args.key is not None:
+            key = parse_key(args.key, "--key")
+        elif args.key_file is not None:
+            key = parse_key(_read(args.key_file), "--key-file")
+        elif args.anchor is not None:
+            anchor = parse_checkpoint(_read(args.anchor))
+            key = anchor.embedded_key()
+            if key is None or not anchor.signed_by(key):
+                raise ProofError("the anchor names no Ed25519 key that signed it")
+        with open(args.proof, encoding="utf-8") as f:
+            doc = json.load(f)
+        notes, failures = verify_proof_document(doc, key)
+    except (OSError, ValueError) as exc:
+        print(f"agent-saga-verify: error: {exc}", file=sys.stderr)
+        return 2
+    for line in notes:
+        print(line)
+    for line in failures:
+        print(f"FAILED: {line}")
+    print("verified" if not failures else f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

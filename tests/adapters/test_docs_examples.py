@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,20 @@ def _documented_recoveryd() -> list[str]:
     return [str(Path(sys.executable).with_name("saga-recoveryd")), *argv[1:]]
 
 
+def _age_dead_leases(wal: Path) -> None:
+    """Make the leases of the SIGKILLed example expired, as its lease period passing would.
+
+    ``--wait`` in the documented line then returns at once instead of after the
+    default 30 s lease (``tests/cli/test_cli_lease_status.py`` proves the wait itself).
+    """
+    leases = sorted((wal.parent / f"{wal.name}.d" / "leases").glob("*.json"))
+    assert leases, "the killed example left its lease"
+    for lease in leases:
+        info = json.loads(lease.read_text())
+        info["expires"] = time.time() - 1
+        lease.write_text(json.dumps(info))
+
+
 @pytest.mark.slow
 def test_the_documented_recoveryd_command_refunds_a_killed_langgraph_example(
     tmp_path: Path, fresh_stripe: LocalStripe
@@ -179,6 +194,7 @@ def test_the_documented_recoveryd_command_refunds_a_killed_langgraph_example(
     payment, refunded = _the_one_payment(fresh_stripe)
     assert (payment.status, refunded) == ("succeeded", []), "charged, and nobody refunded it"
 
+    _age_dead_leases(tmp_path / "shop.wal")  # what 30 s of waiting would do, without the wait
     command = _documented_recoveryd()
     for attempt in ("first", "second"):
         daemon = subprocess.run(

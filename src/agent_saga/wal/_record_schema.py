@@ -121,6 +121,11 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
     },
     r.LOG_HEADER: {"format": _is_int},
     r.TAIL_REPAIRED: {"offset": _is_int, "length": _is_int, "by": _any},
+    r.CHECKPOINT: {"size": _is_int, "root": _str, "sig": lambda v: isinstance(v, dict)},
+    r.HALT: {"halt": _str, "scope": lambda v: isinstance(v, dict), "reason": _str, "by": _any},
+    r.RESUME: {"halt": _str, "reason": _str, "by": _any},
+    r.LIMIT_DECLARED: {"limit": _str, "kind": _str, "max": _is_num, "digest": _str},
+    r.LIMIT_CARRY: {"limit": _str, "used": lambda v: isinstance(v, list)},
 }
 _OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
     r.INTENT: {"resolver": _opt_str},

@@ -34,6 +34,8 @@ from datetime import datetime
 from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo
 
+from . import records as R
+
 __all__ = [
     "CALENDARS",
     "LIMIT_CARRY",
@@ -44,8 +46,8 @@ __all__ = [
     "UsageFold",
 ]
 
-LIMIT_DECLARED: Final = "limit_declared"
-LIMIT_CARRY: Final = "limit_carry"
+LIMIT_DECLARED: Final = R.LIMIT_DECLARED
+LIMIT_CARRY: Final = R.LIMIT_CARRY
 CALENDARS: Final = ("day", "month")
 
 HELD: Final = "held"

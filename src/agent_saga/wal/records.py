@@ -31,6 +31,13 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
 ``log_header``          format, log, created, encryption, key_id, key_check — the
                         first frame of a log: its encryption mode (always plaintext)
 ``tail_repaired``       offset, length, sha256, saved, by — a writer cut a torn tail
+``halt``                halt, scope, reason, unwind, by, identity — the kill switch
+                        (§12.4); ``resume`` halt (an id or "all"), reason, by, identity
+``limit_declared``      limit, kind, max, window, arg, key, net, digest, by — a budget or
+                        rate limit's definition (§12.2); ``limit_carry`` limit, key,
+                        period, used — what compaction carries of an open window
+``checkpoint``          size, root, frontier, ts, sig, by — signs the Merkle tree of the
+                        ``size`` leaves before it (``docs/log-format.md`` §12.7)
 
 ``saga_end`` is the only terminal record: a saga with one never needs work again.
 Step numbers are unique within a saga and given in the order steps *start*; the
@@ -48,6 +55,7 @@ from typing import Final
 __all__ = [
     "APPROVAL_DECIDED",
     "APPROVAL_REQUESTED",
+    "CHECKPOINT",
     "CLAIM",
     "COMMITTED",
     "COMPENSATED",
@@ -58,10 +66,15 @@ __all__ = [
     "ESCALATION_RETRY",
     "FORWARD_FAILED",
     "GATE",
+    "GOVERNANCE_TYPES",
+    "HALT",
     "INTENT",
+    "LIMIT_CARRY",
+    "LIMIT_DECLARED",
     "LOG_HEADER",
     "META_TYPES",
     "RECORD_TYPES",
+    "RESUME",
     "SAGA_BEGIN",
     "SAGA_END",
     "TAIL_REPAIRED",
@@ -88,6 +101,11 @@ APPROVAL_DECIDED: Final = "approval_decided"
 ESCALATION_RETRY: Final = "escalation_retry"
 LOG_HEADER: Final = "log_header"
 TAIL_REPAIRED: Final = "tail_repaired"
+CHECKPOINT: Final = "checkpoint"
+HALT: Final = "halt"
+RESUME: Final = "resume"
+LIMIT_DECLARED: Final = "limit_declared"
+LIMIT_CARRY: Final = "limit_carry"
 
 RECORD_TYPES: Final = frozenset(
     {
@@ -108,11 +126,19 @@ RECORD_TYPES: Final = frozenset(
         ESCALATION_RETRY,
         LOG_HEADER,
         TAIL_REPAIRED,
+        CHECKPOINT,
+        HALT,
+        RESUME,
+        LIMIT_DECLARED,
+        LIMIT_CARRY,
     }
 )
 
-#: Records about the log file itself rather than a saga (``docs/log-format.md`` §1, §8).
-META_TYPES: Final = frozenset({LOG_HEADER, TAIL_REPAIRED})
+#: Log-wide governance records (``docs/log-format.md`` §12.2, §12.4): no saga of their own.
+GOVERNANCE_TYPES: Final = frozenset({HALT, RESUME, LIMIT_DECLARED, LIMIT_CARRY})
+
+#: Records about the log itself rather than a saga (``docs/log-format.md`` §1, §8, §12.7).
+META_TYPES: Final = frozenset({LOG_HEADER, TAIL_REPAIRED, CHECKPOINT})
 
 TERMINAL_OUTCOMES: Final = frozenset({"committed", "rolled_back", "escalated"})
 

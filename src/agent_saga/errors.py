@@ -31,6 +31,8 @@ what to do next and never contain a credential.
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
     "CompensationFailed",
     "ConcurrentWriteDetected",
@@ -94,6 +96,27 @@ class HandlerNotRegistered(SagaUsageError):
 
 class InvalidCompensation(SagaUsageError):
     """A compensation factory raised, or returned something that is not a ``Compensation``."""
+
+
+DISTRIBUTION: Final = "sagaops-agent-saga"
+"""The name this project installs under."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install an extra, true before the first release as after it.
+
+    The distribution is not on the package index yet, so the index command alone
+    would fail (``No matching distribution``); the hint also gives the route that
+    works from a checkout or a built wheel (the README's "Install").
+
+    Args:
+        extra: The extra's name (``"postgres"``).
+    """
+    return (
+        f"pip install '{DISTRIBUTION}[{extra}]' (until it is published on PyPI: "
+        f"pip install '.[{extra}]' in a checkout, or the built wheel with [{extra}]; "
+        "see the README's Install)"
+    )
 
 
 class MissingExtra(SagaUsageError):

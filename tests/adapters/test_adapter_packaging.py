@@ -42,6 +42,7 @@ def test_a_missing_framework_raises_an_error_naming_the_extra(adapter: str) -> N
     got_extra, message = run.stdout.strip().split(" | ", 1)
     assert got_extra == extra
     assert f"pip install 'sagaops-agent-saga[{extra}]'" in message
+    assert f"pip install '.[{extra}]' in a checkout" in message, "the route that works today"
 
 
 def test_the_adapters_package_imports_no_framework() -> None:

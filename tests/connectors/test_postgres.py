@@ -374,4 +374,5 @@ def test_a_missing_psycopg_names_the_postgres_extra(
     with pytest.raises(MissingExtra) as caught, saga("x", wal_path=str(tmp_path / "m.wal")):
         pgc.update_row("postgresql://nowhere/db", "orders", KEY, {"status": "x"})
     assert "pip install 'sagaops-agent-saga[postgres]'" in str(caught.value)
+    assert "pip install '.[postgres]' in a checkout" in str(caught.value)
     assert caught.value.extra == "postgres"

@@ -36,7 +36,7 @@ from .._saga_context import saga
 from .._tool_decorator import tool
 from .._types import ActionSemantics
 from .._undo import jsonable
-from ..errors import GateRefused, MissingExtra, NoActiveSaga, SagaUsageError
+from ..errors import GateRefused, MissingExtra, NoActiveSaga, SagaUsageError, install_hint
 from ..gate import ApprovalRequest
 
 __all__ = [
@@ -93,7 +93,7 @@ def require(module: str, *, extra: str, adapter: str) -> ModuleType:
     except ImportError as exc:
         raise MissingExtra(
             f"agent_saga.adapters.{adapter} needs the {extra!r} extra: "
-            f"pip install 'sagaops-agent-saga[{extra}]' (could not import {module}: {exc})",
+            f"{install_hint(extra)} (could not import {module}: {exc})",
             extra=extra,
             package=module,
         ) from exc

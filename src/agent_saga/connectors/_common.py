@@ -29,11 +29,13 @@ from typing import Any
 
 from .._runtime import Scope, current_saga
 from ..errors import (
+    DISTRIBUTION,
     ConcurrentWriteDetected,
     MissingExtra,
     NoActiveSaga,
     SagaError,
     SagaUsageError,
+    install_hint,
 )
 from ..secrets import CredentialRef, redact
 
@@ -52,8 +54,6 @@ __all__ = [
     "require_saga",
     "safe_text",
 ]
-
-DISTRIBUTION = "sagaops-agent-saga"
 
 
 class InvalidTarget(SagaUsageError):
@@ -194,7 +194,7 @@ def require_extra(package: str, extra: str) -> ModuleType:
     except ImportError as exc:
         raise MissingExtra(
             f"agent_saga.connectors.{extra} needs the {extra!r} extra: "
-            f"pip install '{DISTRIBUTION}[{extra}]' (import {package} failed: "
+            f"{install_hint(extra)} (import {package} failed: "
             f"{type(exc).__name__})",
             extra=extra,
             package=package,

@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import SagaUsageError
+from ..errors import SagaUsageError, install_hint
 from ._upstream import OnMessage, ServerSpec, Upstream, _warn
 from .errors import McpServerExited
 
@@ -40,7 +40,7 @@ def _sdk() -> Any:
     except ImportError as exc:
         raise SagaUsageError(
             "reaching an MCP server by URL (Streamable HTTP) needs the 'mcp' extra: "
-            "pip install 'sagaops-agent-saga[mcp]'"
+            f"{install_hint('mcp')}"
         ) from exc
     return httpx, streamable_http_client, SessionMessage, JSONRPCMessage
 

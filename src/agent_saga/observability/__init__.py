@@ -25,7 +25,7 @@ import importlib
 import threading
 from typing import Any, Final
 
-from ..errors import MissingExtra
+from ..errors import MissingExtra, install_hint
 from . import _observer
 from .logs import JsonFormatter, SagaLogFilter
 
@@ -55,7 +55,7 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> None:
     except ImportError as exc:
         raise MissingExtra(
             "agent_saga.observability.instrument() needs the 'otel' extra: "
-            f"pip install 'sagaops-agent-saga[otel]' (could not import opentelemetry: {exc})",
+            f"{install_hint('otel')} (could not import opentelemetry: {exc})",
             extra="otel",
             package="opentelemetry-api",
         ) from exc

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import MissingExtra
+from ..errors import MissingExtra, install_hint
 from . import instrument
 
 __all__ = ["instrument_from_environment"]
@@ -42,7 +42,7 @@ def instrument_from_environment(service_name: str) -> Callable[[], None]:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
         raise MissingExtra(
-            f"--otel needs the 'otel' extra and an SDK: pip install 'sagaops-agent-saga[otel]' "
+            f"--otel needs the 'otel' extra and an SDK: {install_hint('otel')} "
             f"{_PACKAGES} (could not import {exc.name or exc})",
             extra="otel",
             package=_PACKAGES,

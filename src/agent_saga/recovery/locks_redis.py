@@ -42,7 +42,7 @@ from urllib.parse import unquote, urlsplit
 
 from .. import _config
 from .._credentials import resolve_credential
-from ..errors import MissingExtra, SagaUsageError
+from ..errors import MissingExtra, SagaUsageError, install_hint
 from ..secrets import CredentialRef
 from .locks import RemoteLockHealth, redact_url
 
@@ -50,7 +50,6 @@ __all__ = ["RedisLock"]
 
 _log = logging.getLogger("agent_saga.recovery.locks")
 
-_DISTRIBUTION = "sagaops-agent-saga"
 
 # KEYS[1] grant, KEYS[2] fence; ARGV[1] holder, ARGV[2] ttl in ms.
 _GRANT = """
@@ -95,7 +94,7 @@ def _redis_module() -> Any:
     except ImportError as exc:
         raise MissingExtra(
             "the Redis lock (saga-recoveryd --lock redis://…) needs the 'redis' extra: "
-            f"pip install '{_DISTRIBUTION}[redis]' (import redis failed: "
+            f"{install_hint('redis')} (import redis failed: "
             f"{type(exc).__name__})",
             extra="redis",
             package="redis",

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ..errors import MissingExtra, WALAnchorInvalid
+from ..errors import MissingExtra, WALAnchorInvalid, install_hint
 from .checkpoints import checkpoint_of_record, read_anchor
 from .merkle import EMPTY_ROOT, consistency_ranges, frontier_ranges
 from .reader import Decryptor, Record
@@ -123,8 +123,8 @@ def _signed(cp: Checkpoint, key: VerifyKey) -> bool:
         return cp.signed_by(key)
     except ProofError:
         raise MissingExtra(
-            "checking Ed25519 checkpoints needs the 'encryption' extra: pip install "
-            "'sagaops-agent-saga[encryption]'",
+            "checking Ed25519 checkpoints needs the 'encryption' extra: "
+            f"{install_hint('encryption')}",
             extra="encryption",
             package="cryptography",
         ) from None

@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import _config
 from .._credentials import resolve_credential
-from ..errors import MissingExtra, SagaUsageError, WALAnchorInvalid
+from ..errors import MissingExtra, SagaUsageError, WALAnchorInvalid, install_hint
 from .records import CHECKPOINT
 from .tree import LogTree
 from .verifier import (
@@ -100,9 +100,9 @@ def _crypto(source: str) -> Any:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
         raise MissingExtra(
-            f"{source} holds an Ed25519 key, which needs the 'encryption' extra: pip install "
-            "'sagaops-agent-saga[encryption]' (or use an hmac:<secret> key, which is weaker: "
-            "see docs/audit.md)",
+            f"{source} holds an Ed25519 key, which needs the 'encryption' extra: "
+            f"{install_hint('encryption')}; or use an hmac:<secret> key, which is weaker "
+            "(see docs/audit.md)",
             extra="encryption",
             package="cryptography",
         ) from None

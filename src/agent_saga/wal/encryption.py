@@ -18,7 +18,7 @@ import os
 from typing import Any, Final
 
 from .. import _config
-from ..errors import SagaUsageError, WALAuthenticationFailed
+from ..errors import SagaUsageError, WALAuthenticationFailed, install_hint
 from .format import Encryptor
 
 __all__ = ["AAD", "AesGcmEncryptor", "Encryptor", "encryptor_from_env", "key_id"]
@@ -59,8 +59,7 @@ class AesGcmEncryptor:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:
             raise SagaUsageError(
-                "WAL encryption needs the 'encryption' extra: "
-                "pip install 'sagaops-agent-saga[encryption]'"
+                f"WAL encryption needs the 'encryption' extra: {install_hint('encryption')}"
             ) from None
         self._aead: Any = AESGCM(key)
         self._key_id = key_id(key)

@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..._credentials import resolve_credential
-from ...errors import MissingExtra, SagaUsageError
+from ...errors import MissingExtra, SagaUsageError, install_hint
 from ...secrets import CredentialRef
 from ..locks import RemoteLockHealth, redact_url
 
@@ -51,7 +51,6 @@ __all__ = ["PgAdvisoryLock", "advisory_key"]
 
 _log = logging.getLogger("agent_saga.recovery.locks")
 
-_DISTRIBUTION = "sagaops-agent-saga"
 DEFAULT_TABLE = "agent_saga_lock_fence"
 
 
@@ -70,7 +69,7 @@ def _psycopg() -> Any:
     except ImportError as exc:
         raise MissingExtra(
             "the PostgreSQL lock (saga-recoveryd --lock postgresql://…) needs the "
-            f"'postgres' extra: pip install '{_DISTRIBUTION}[postgres]' (import psycopg "
+            f"'postgres' extra: {install_hint('postgres')} (import psycopg "
             f"failed: {type(exc).__name__})",
             extra="postgres",
             package="psycopg",

@@ -22,7 +22,7 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from ..._credentials import resolve_credential
-from ...errors import MissingExtra, SagaUsageError, WALError, WALWriteFailed
+from ...errors import MissingExtra, SagaUsageError, WALError, WALWriteFailed, install_hint
 from ..store import redact_location
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
 
 DEFAULT_SCHEMA: Final = "agent_saga"
 DEFAULT_LOG: Final = "default"
-_DISTRIBUTION: Final = "sagaops-agent-saga"
 _SCHEMA_RX: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _LOG_RX: Final = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _OURS: Final = (
@@ -94,7 +93,7 @@ def psycopg_module() -> Any:
     except ImportError as exc:
         raise MissingExtra(
             "a postgresql:// WAL location needs the 'postgres' extra: "
-            f"pip install '{_DISTRIBUTION}[postgres]' (import psycopg failed: "
+            f"{install_hint('postgres')} (import psycopg failed: "
             f"{type(exc).__name__})",
             extra="postgres",
             package="psycopg",

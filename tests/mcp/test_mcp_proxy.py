@@ -92,7 +92,7 @@ async def test_explicit_boundary_rolls_back_compensable_calls_through_the_server
     assert outside.isError
     assert "call saga_begin first" in text(outside)
     assert not begun.isError
-    assert structured(begun)["status"] == "open"
+    assert structured(begun)["status"] == "running"
     assert not rolled.isError, text(rolled)
     assert structured(rolled)["status"] == "rolled_back"
     assert structured(balance) == {"result": 0}

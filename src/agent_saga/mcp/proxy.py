@@ -460,7 +460,7 @@ class Proxy:
                 rid,
                 {
                     "content": [{"type": "text", "text": text}],
-                    "structuredContent": {"saga": self.saga.id, "status": "open"},
+                    "structuredContent": {"saga": self.saga.id, "status": "running"},
                     "isError": False,
                 },
             )

@@ -107,10 +107,8 @@ def test_a_negative_amount_is_refused_not_counted_as_a_credit() -> None:
     assert "negative" in (Budget("spend", 150, window=60)(_request(amount=-20)) or "")
 
 
-def test_a_metered_call_is_refused_while_reservations_are_not_admitted_by_the_log() -> None:
-    assert "cannot be enforced by this version yet" in (
-        Budget("spend", 150, window=60)(_request(amount=5)) or ""
-    )
+def test_as_a_policy_a_limit_leaves_whether_a_call_fits_to_the_log() -> None:
+    assert Budget("spend", 150, window=60)(_request(amount=500)) is None
 
 
 def test_a_call_without_the_metered_argument_is_not_metered() -> None:

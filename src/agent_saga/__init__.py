@@ -17,6 +17,7 @@ from ._runtime import current_saga
 from ._saga_context import SagaContext, saga
 from ._tool_decorator import tool
 from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
+from ._undo_saga import UndoPlan, undo_saga
 from .approvals import ApprovalQueue
 from .errors import (
     CompensationFailed,
@@ -48,6 +49,7 @@ from .gate import (
     TerminalPrompt,
     deny_all,
 )
+from .limits import Budget, RateLimit
 from .secrets import assert_no_secrets
 
 __version__ = "0.1.0.dev0"
@@ -57,6 +59,7 @@ __all__ = [
     "AllowList",
     "ApprovalQueue",
     "ApprovalRequest",
+    "Budget",
     "Compensation",
     "CompensationFailed",
     "ConcurrentWriteDetected",
@@ -69,6 +72,7 @@ __all__ = [
     "MaxSideEffects",
     "NoActiveSaga",
     "OutcomeUnknown",
+    "RateLimit",
     "RecoveryError",
     "Resolution",
     "RetryPolicy",
@@ -77,6 +81,7 @@ __all__ = [
     "SagaUsageError",
     "SecretInKwargs",
     "TerminalPrompt",
+    "UndoPlan",
     "WALAuthenticationFailed",
     "WALCorrupted",
     "WALEncryptionMismatch",
@@ -91,4 +96,5 @@ __all__ = [
     "register_handler",
     "saga",
     "tool",
+    "undo_saga",
 ]

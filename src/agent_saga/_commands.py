@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Append",
+    "AppendAdmitted",
     "AppendFenced",
     "Approve",
     "Call",
@@ -35,6 +36,20 @@ class Append:
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
+
+
+class AppendAdmitted:
+    """Write a metered ``record`` (an intent with ``reserve``) only if its limits allow.
+
+    The driver sends back None (written, durable) or the
+    :class:`~agent_saga.wal.limits.Overrun` that refused it (nothing written).
+    """
+
+    __slots__ = ("record", "specs")
+
+    def __init__(self, record: dict[str, Any], specs: dict[str, Any]) -> None:
+        self.record = record
+        self.specs = specs
 
 
 class AppendFenced:
@@ -97,5 +112,5 @@ class Sleep:
         self.seconds = seconds
 
 
-Command = Append | AppendFenced | Submit | Call | Forward | Approve | Sleep
+Command = Append | AppendAdmitted | AppendFenced | Submit | Call | Forward | Approve | Sleep
 Protocol = Generator[Command, Any, Any]

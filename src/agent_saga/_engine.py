@@ -35,6 +35,7 @@ from ._commands import (
     Sleep,
     Submit,
 )
+from ._metering import admitted, metering
 from ._registry import is_registered
 from ._types import ActionSemantics, Compensation
 from ._undo import error_text, escalation_id, flat, jsonable, now
@@ -279,12 +280,27 @@ def _durable_step(
             yield Append(_gate_record(run, step, refusal))
             raise _refusal(run, step, refusal) from None
 
+    metered = metering(scope.policies, lambda: _request(run, spec, step))
+    if isinstance(metered, Decision):
+        run.side_effects -= 1
+        yield Append(_gate_record(run, step, metered))
+        raise _refusal(run, step, metered)
+
     while True:
         step.attempts += 1
         attempt = step.attempts
         _crash.crashpoint("step.before_intent")
+        intent = intent_record(run, step, attempt, approved_by)
         try:
-            yield Append(intent_record(run, step, attempt, approved_by))
+            if metered:
+                over = yield from admitted(intent, metered)
+                if over is not None:
+                    run.side_effects -= 1
+                    refusal = Decision.deny(f"limit:{over.usage.limit}", over.reason())
+                    yield Append({**_gate_record(run, step, refusal), "limit": over.as_record()})
+                    raise _refusal(run, step, refusal)
+            else:
+                yield Append(intent)
         except (asyncio.CancelledError, KeyboardInterrupt):
             yield Submit(not_sent_record(run, step, attempt))
             raise

@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from . import _config, _crash
 from . import _engine as E
-from ._commands import Append, AppendFenced, Approve, Call, Command, Forward, Submit
+from ._commands import (
+    Append,
+    AppendAdmitted,
+    AppendFenced,
+    Approve,
+    Call,
+    Command,
+    Forward,
+    Submit,
+)
 from ._engine import Step
 from ._types import RetryPolicy
 from ._undo import jsonable
@@ -425,6 +434,8 @@ def drive_sync(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 run.log().submit(cmd.record)  # type: ignore[union-attr]
             elif kind is AppendFenced:
                 run.log().append_fenced(cmd.record)  # type: ignore[union-attr]
+            elif kind is AppendAdmitted:
+                send = _admit(run, cmd)  # type: ignore[arg-type]
             elif kind is Approve:
                 send = _call_blocking(cmd.approver, (cmd.request,), {})  # type: ignore[union-attr]
             else:
@@ -457,6 +468,8 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 run.log().submit(cmd.record)  # type: ignore[union-attr]
             elif kind is AppendFenced:
                 await asyncio.to_thread(run.log().append_fenced, cmd.record)  # type: ignore[union-attr]
+            elif kind is AppendAdmitted:
+                send = await asyncio.to_thread(_admit, run, cmd)  # type: ignore[arg-type]
             elif kind is Approve:
                 approver = cmd.approver  # type: ignore[union-attr]
                 if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(
@@ -473,6 +486,14 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 await asyncio.sleep(cmd.seconds)  # type: ignore[union-attr]
         except BaseException as exc:  # handed to the protocol, which decides
             throw = exc
+
+
+def _admit(run: LogSource, cmd: AppendAdmitted) -> Any:
+    """Append a metered intent under the log's lock if its limits allow (wal/admission.py)."""
+    from .wal.admission import append_admitted
+
+    log = run.log()
+    return append_admitted(log, cmd.record, cmd.specs, by=str(getattr(log, "owner", "?")))
 
 
 async def _forwarding(run: Run, cmd: Forward) -> Any:

@@ -9,9 +9,10 @@ statement on PostgreSQL — so a budget holds across threads, processes, hosts a
 crashes (``docs/governance.md``; the record format is ``docs/log-format.md`` §12.2,
 the accounting is :mod:`agent_saga.wal.limits`).
 
-Status: the definitions and the log's accounting exist; the engine does not write
-reservations yet, so a metered call is refused (fail closed) rather than let through
-unmetered. Not exported from ``agent_saga`` until it is enforced.
+Limits meter the steps that write an ``intent``: COMPENSABLE and IRREVERSIBLE
+ones. A REVERSIBLE step is in-process and undone with its saga; it is not metered.
+``over_limit="approve"`` is accepted but not carried out yet: over its limit, such a
+limit refuses like ``"refuse"`` (fail closed).
 
 Every definition is checked when it is made: a negative or non-numeric limit, a zero
 window, an unknown calendar or time zone raise :class:`~agent_saga.errors.SagaUsageError`
@@ -157,20 +158,18 @@ class LimitPolicy:
         }
 
     def __call__(self, request: ApprovalRequest) -> str | None:
-        """A gate policy: refuse a call whose metered value or key cannot be read."""
+        """A gate policy: refuse a call whose metered value or key cannot be read.
+
+        Whether the call fits is not decided here but when its intent is appended:
+        the log admits its reservation atomically (``wal/admission.py``).
+        """
         try:
-            if not self.applies_to(request):
-                return None
-            self.amount(request)
-            self.meter_key(request)
+            if self.applies_to(request):
+                self.amount(request)
+                self.meter_key(request)
         except ValueError as exc:
             return str(exc)
-        # Fail closed until the engine writes reservations and the log admits them
-        # (issue 21): a limit that is not enforced must not look like one that is.
-        return (
-            f"limit {self.spec.name!r} cannot be enforced by this version yet (reservations "
-            "are not admitted by the log); the metered call is refused"
-        )
+        return None
 
     def check_tool(self, tool: str, parameters: frozenset[str] | None) -> None:
         """Refuse, at declaration, a limit on a tool that does not take its argument.

@@ -30,9 +30,8 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any, Final, Literal
-from zoneinfo import ZoneInfo
 
 from . import records as R
 
@@ -174,12 +173,14 @@ class LimitSpec:
 
 
 _CLOCK_SLACK: Final = 300.0  # a writer's clock a little ahead still counts (fail closed)
-_ZONES: dict[str, ZoneInfo] = {}
+_ZONES: dict[str, tzinfo] = {}
 
 
-def _zone(name: str) -> ZoneInfo:
+def _zone(name: str) -> tzinfo:
     zone = _ZONES.get(name)
     if zone is None:
+        from zoneinfo import ZoneInfo  # lazily: it reads the platform's configuration
+
         try:
             zone = ZoneInfo(name)
         except (KeyError, ValueError) as exc:  # ZoneInfoNotFoundError is a KeyError

@@ -9,6 +9,8 @@ Cases (``docs/performance.md`` explains each figure):
                   and the fsyncs a one-step saga costs.
 - ``concurrency`` durable steps/s and p99 at 1…256 concurrent sagas (asyncio tasks
                   and threads), against a raw batched write+fsync ceiling.
+- ``limits``      a durable step with one Budget and one RateLimit vs without, and
+                  256 sagas sharing one budget (``_limits.py``).
 - ``otel``        the same steps with ``agent_saga.observability.instrument()`` and a
                   no-op exporter vs without (``_otel.py``, in a child process).
 - ``audit``       chained appends/s (durable and in the Merkle tree, one process) and an
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import _audit
+import _limits
 from _cases import hot_path, hot_table, hot_targets
 from _floor import Floors, best_floor, real_frames
 from _peers import run_sqlite
@@ -705,6 +708,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         },
     ]
     rows += _audit.targets(result["audit"])
+    rows += _limits.targets(result["limits"])
     for row in rows:
         v = row["value"]
         if v is None:
@@ -816,6 +820,7 @@ def table(result: dict[str, Any]) -> str:
         f"{ot['fast']['instrumented']['p50_us']:>16.3f}  (+{ot['fast']['added_p50_us']:.3f} us)",
     ]
     lines += ["", _audit.table(result["audit"])]
+    lines += ["", _limits.table(result["limits"])]
     lines.append(hot_table(result["durable"]["hot_path"]))
     lines += ["", "targets (docs/performance.md)"]
     for row in result["targets"]:
@@ -862,6 +867,8 @@ def run(p: Params, directory: str, progress: Callable[[str], None] = _log) -> di
     result["peers"] = _peers(p, directory, result["durable"]["sync"]["p50_ms"])
     progress("audit …")
     result["audit"] = _audit.run(directory, p is QUICK)
+    progress("limits …")
+    result["limits"] = _limits.run(directory, p is QUICK)
     result["targets"] = targets(result)
     result["meta"]["duration_s"] = round(time.perf_counter() - started, 1)
     result["meta"]["quick"] = p is QUICK

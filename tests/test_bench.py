@@ -62,6 +62,7 @@ def test_top_level_keys(result: dict[str, Any]) -> None:
         "otel",
         "peers",
         "audit",
+        "limits",
         "targets",
     }
 
@@ -155,9 +156,18 @@ def test_audit_measures_chained_appends_and_a_proof(result: dict[str, Any]) -> N
     _percentiles(proof["verify"], "ms")
 
 
+def test_limits_measure_a_metered_step_and_a_shared_budget(result: dict[str, Any]) -> None:
+    step, shared = result["limits"]["step"], result["limits"]["shared"]
+    _percentiles(step["plain"], "ms")
+    _percentiles(step["metered"], "ms")
+    assert step["ratio"] > 0
+    assert shared["plain_steps_per_s"] > 0
+    assert shared["metered_steps_per_s"] > 0
+
+
 def test_targets(result: dict[str, Any]) -> None:
     rows = result["targets"]
-    assert len(rows) == 16
+    assert len(rows) == 17
     for row in rows:
         assert row["pass"] in (True, False, None)
         assert ("limit" in row) != ("min" in row)

@@ -20,6 +20,7 @@ refuses every metered call, naming the offset.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,13 +38,31 @@ class UsageUnreadable(SagaUsageError):
 
 
 @dataclass(slots=True)
+class _Ask:
+    """One metered intent waiting for its admission (filled in by the batch's leader)."""
+
+    record: Mapping[str, Any]
+    specs: Mapping[str, LimitSpec]
+    by: str
+    done: bool = False
+    over: Overrun | None = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
 class _Meters:
+    """One writer's view of its log's limit usage, and the metered intents queued for it."""
+
     fold: UsageFold = field(default_factory=UsageFold)
     position: int = 0
     damaged_at: int | None = None
+    queue: list[_Ask] = field(default_factory=list)
+    leading: bool = False
+    cond: threading.Condition = field(default_factory=threading.Condition)
 
 
 _METERS: weakref.WeakKeyDictionary[Any, _Meters] = weakref.WeakKeyDictionary()
+_REGISTRY_LOCK = threading.Lock()
 
 
 def _catch_up(meters: _Meters, handle: Any) -> None:
@@ -62,6 +81,11 @@ def append_admitted(
 ) -> Overrun | None:
     """Append ``record`` (an intent with ``reserve``) only if all its reservations fit.
 
+    Concurrent callers of one writer are admitted together: the first becomes the
+    leader, takes the append lock once, judges every queued intent in turn (each
+    against the log's usage plus what the intents before it in the batch reserve),
+    and writes the admitted ones with one fsync; the others wait for its verdict.
+
     Args:
         writer: The saga's log writer (file or PostgreSQL; it must offer ``exclusive()``).
         record: The intent, with its ``reserve`` list.
@@ -79,31 +103,79 @@ def append_admitted(
             an append lock such as the in-memory test log).
         WALWriteFailed, LeaseLost: as for any append.
     """
-    exclusive = getattr(writer, "exclusive", None)
-    if exclusive is None:
+    if getattr(writer, "exclusive", None) is None:
         raise UsageUnreadable(
             f"budgets and rate limits need a durable log shared under a lock; "
             f"{type(writer).__name__} has none (use a file or PostgreSQL WAL)"
         )
-    meters = _METERS.get(writer)
-    if meters is None:
-        meters = _METERS[writer] = _Meters()
-    with exclusive() as x:
-        _catch_up(meters, x)
-        if meters.damaged_at is not None:
-            raise UsageUnreadable(
-                f"the log is damaged at offset {meters.damaged_at}, where limit usage may "
-                "have been lost; metered calls are refused until it is repaired "
-                "(agent-saga wal verify)"
-            )
-        now = float(x.now())
-        over = meters.fold.admit(record["reserve"], specs, now)
-        if over is not None:
-            return over
-        declare = [
-            spec.declaration(by, now)
-            for spec in specs.values()
-            if spec.digest not in meters.fold.digests
-        ]
-        x.append_locked([*declare, record])
-    return None
+    with _REGISTRY_LOCK:
+        meters = _METERS.get(writer)
+        if meters is None:
+            meters = _METERS[writer] = _Meters()
+    ask = _Ask(record, specs, by)
+    with meters.cond:
+        meters.queue.append(ask)
+        while not ask.done and meters.leading:
+            meters.cond.wait()
+        if ask.done:
+            return _verdict(ask)
+        meters.leading = True
+    finished = False
+    try:
+        while True:
+            with meters.cond:
+                batch, meters.queue = meters.queue, []
+                if not batch:
+                    meters.leading = False  # decided under the lock: no ask is stranded
+                    finished = True
+                    meters.cond.notify_all()
+                    break
+            _admit_batch(writer, meters, batch)
+            with meters.cond:
+                meters.cond.notify_all()
+    finally:
+        if not finished:  # an exception escaped: hand the lead over, strand nobody
+            with meters.cond:
+                meters.leading = False
+                meters.cond.notify_all()
+    return _verdict(ask)
+
+
+def _verdict(ask: _Ask) -> Overrun | None:
+    if ask.error is not None:
+        raise ask.error
+    return ask.over
+
+
+def _admit_batch(writer: Any, meters: _Meters, batch: list[_Ask]) -> None:
+    try:
+        with writer.exclusive() as x:
+            _catch_up(meters, x)
+            if meters.damaged_at is not None:
+                raise UsageUnreadable(
+                    f"the log is damaged at offset {meters.damaged_at}, where limit usage "
+                    "may have been lost; metered calls are refused until it is repaired "
+                    "(agent-saga wal verify)"
+                )
+            now = float(x.now())
+            pending: dict[tuple[str, str | None], float] = {}
+            declared = set(meters.fold.digests)
+            out: list[Mapping[str, Any]] = []
+            for ask in batch:
+                ask.over = meters.fold.admit(ask.record["reserve"], ask.specs, now, pending=pending)
+                if ask.over is not None:
+                    continue
+                for spec in ask.specs.values():
+                    if spec.digest not in declared:
+                        declared.add(spec.digest)
+                        out.append(spec.declaration(ask.by, now))
+                out.append(ask.record)
+            if out:
+                x.append_locked(out)
+    except BaseException as exc:
+        for ask in batch:
+            ask.error = exc
+            ask.over = None
+    finally:
+        for ask in batch:
+            ask.done = True

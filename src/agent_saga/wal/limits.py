@@ -408,18 +408,32 @@ class UsageFold:
         return Usage(spec.name, key, used, held, spec.max, spec.period(now))
 
     def admit(
-        self, reserve: Iterable[Mapping[str, Any]], specs: Mapping[str, LimitSpec], now: float
+        self,
+        reserve: Iterable[Mapping[str, Any]],
+        specs: Mapping[str, LimitSpec],
+        now: float,
+        *,
+        pending: dict[tuple[str, str | None], float] | None = None,
     ) -> Overrun | None:
         """Whether a call's reservations all fit: None, or the first limit they exceed.
 
         Each reservation is judged by the caller's definition (``specs``) and by the
         log's latest declaration of the same name when it differs; a reservation of a
         limit neither knows is refused. Two reservations of one meter add up.
+
+        Args:
+            reserve: The call's ``reserve`` entries.
+            specs: The caller's definitions, by name.
+            now: The log's clock.
+            pending: Amounts already admitted per meter but not yet in the log (the
+                earlier intents of the same batch); an admitted call's amounts are
+                added to it, so a batch is judged as if appended one by one.
         """
         asked: dict[tuple[str, str | None], float] = {}
         for r in reserve:
             meter = (str(r["limit"]), None if r.get("key") is None else str(r["key"]))
             asked[meter] = asked.get(meter, 0.0) + float(r["amount"])
+        extra = pending if pending is not None else {}
         for (name, key), amount in asked.items():
             judges = [s for s in (specs.get(name), self.declared.get(name)) if s is not None]
             if not judges:
@@ -427,8 +441,14 @@ class UsageFold:
                 return Overrun(unknown, amount, "undeclared limit")
             for spec in dict.fromkeys(judges):  # the same definition judged once
                 u = self.usage(spec, key, now)
-                if u.used + u.held + amount > spec.max:
+                earlier = extra.get((name, key), 0.0)
+                if u.used + u.held + earlier + amount > spec.max:
+                    if earlier:
+                        u = Usage(u.limit, u.key, u.used, u.held + earlier, u.max, u.period)
                     return Overrun(u, amount, window_words(spec))
+        if pending is not None:
+            for meter, amount in asked.items():
+                pending[meter] = pending.get(meter, 0.0) + amount
         return None
 
     def meters(self, now: float) -> list[Usage]:

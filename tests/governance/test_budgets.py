@@ -188,3 +188,32 @@ def test_ten_killed_and_restarted_replicas_never_charge_past_a_shared_budget(
     assert 0 < charged <= 150, f"the payment service was charged {charged} against a 150 budget"
     assert refused, "500 sagas of 1-20 against 150: some must be refused"
     assert all("limit 'spend'" in r["reason"] for r in refused), refused[:3]
+
+
+def test_concurrent_threads_of_one_process_admit_exactly_what_fits(tmp_path: Path) -> None:
+    """Admissions that arrive together are judged as a batch, one after the other."""
+    import threading
+
+    wal = str(tmp_path / "t.wal")
+    budget = Budget("spend", 100, window=3600)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        try:
+            with saga("t", wal_path=wal, policies=[budget]):
+                pay(amount=10)
+            result = "admitted"
+        except GateRefused:
+            result = "refused"
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=worker) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcomes.count("admitted") == 10
+    assert outcomes.count("refused") == 30
+    assert len(_records(wal, "intent")) == 10

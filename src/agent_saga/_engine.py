@@ -43,6 +43,7 @@ from .errors import GateRefused, InvalidCompensation, LeaseLost, SecretInKwargs
 from .gate import ApprovalRequest, Decision, as_decision, run_policies
 from .secrets import CredentialRef, assert_no_secrets, redact
 from .wal import records as R
+from .wal.halts import halt_blocking
 
 if TYPE_CHECKING:
     from ._runtime import Run, Scope
@@ -166,6 +167,15 @@ def _request(run: Run, spec: ToolSpec, step: Step) -> ApprovalRequest:
 
 def _precheck(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Decision | None:
     """The gate's automatic checks; return the refusal, or None when all pass."""
+    halt = halt_blocking(run.log(), tool=spec.name, saga_name=run.name)
+    if halt is not None:
+        if halt.unwind:
+            run.halted = halt.halt  # the saga rolls back at its end, whatever the body does
+        return Decision.deny(
+            f"halt:{halt.halt}",
+            f"the log is halted for {halt.describe()} by {halt.by}: {halt.reason} "
+            f"(lift it with `agent-saga resume --reason ...`)",
+        )
     if spec.semantics is COMPENSABLE and spec.compensate is None:
         return Decision.deny(
             "gate",
@@ -348,6 +358,7 @@ def goes_straight(scope: Scope, spec: ToolSpec) -> bool:
         and spec.handler is None
         and spec.resolver is None
         and not scope.policies
+        and halt_blocking(scope.run.log(), tool=spec.name, saga_name=scope.run.name) is None
     )
 
 

@@ -173,6 +173,7 @@ class Run:
         "done",
         "escalations",
         "forwarding",
+        "halted",
         "id",
         "inflight",
         "name",
@@ -195,6 +196,7 @@ class Run:
         self.side_effects = 0
         self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
         self.forwarding: set[asyncio.Task[Any] | None] = set()  # ... inside its forward call
+        self.halted: str | None = None  # a halt with unwind refused a step: roll back at the end
         self.calls: list[tuple[Any, str]] = []  # tool coroutines made in this saga
         self.closed = False  # set once the saga committed or unwound
         self._next = 1

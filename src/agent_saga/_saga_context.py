@@ -34,7 +34,7 @@ from ._runtime import (
     sigint_deferred,
 )
 from ._types import RetryPolicy
-from .errors import CompensationFailed, LeaseLost, OutcomeUnknown, SagaUsageError
+from .errors import CompensationFailed, GateRefused, LeaseLost, OutcomeUnknown, SagaUsageError
 from .gate import Approver, Policy
 
 __all__ = ["SagaContext", "saga"]
@@ -127,6 +127,7 @@ class SagaContext:
 def _exit_sync(scope: Scope, exc: BaseException | None) -> Literal[False]:
     """Leave a sync saga block: settle and commit, or roll back (``SagaContext.__exit__``)."""
     usage, exc = _check_awaited(scope, exc)
+    halted, exc = _check_halted(scope, exc)
     plan = _exit_plan(scope, exc)
     if plan == "settle":
         drive_sync(settle_protocol(scope), scope.run)
@@ -138,12 +139,15 @@ def _exit_sync(scope: Scope, exc: BaseException | None) -> Literal[False]:
     _report_escalations(scope)
     if usage is not None:
         raise usage
+    if halted is not None:
+        raise halted
     return False
 
 
 async def _exit_async(scope: Scope, exc: BaseException | None) -> Literal[False]:
     """Leave an async saga block (``SagaContext.__aexit__``)."""
     usage, exc = _check_awaited(scope, exc)
+    halted, exc = _check_halted(scope, exc)
     plan = _exit_plan(scope, exc)
     if plan == "settle":
         run = scope.run
@@ -160,10 +164,34 @@ async def _exit_async(scope: Scope, exc: BaseException | None) -> Literal[False]
     _report_escalations(scope)
     if usage is not None:
         raise usage
+    if halted is not None:
+        raise halted
     return False
 
 
 _log = logging.getLogger("agent_saga")
+
+
+def _check_halted(
+    scope: Scope, exc: BaseException | None
+) -> tuple[GateRefused | None, BaseException | None]:
+    """A saga a halt with ``--unwind`` refused is rolled back, even if its body went on.
+
+    The body may have caught the step's ``GateRefused`` and finished normally; the
+    operator asked for the work in flight to be undone, so the saga is rolled back
+    and the refusal raised from its block.
+    """
+    halt = scope.run.halted
+    if halt is None or exc is not None or scope.parent is not None:
+        return None, exc
+    halted = GateRefused(
+        f"saga {scope.name!r} was rolled back: the log was halted with --unwind ({halt})",
+        tool="",
+        reason="halted with --unwind",
+        decided_by=f"halt:{halt}",
+        saga_id=scope.id,
+    )
+    return halted, halted
 
 
 def _report_escalations(scope: Scope) -> None:

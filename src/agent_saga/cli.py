@@ -58,6 +58,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ._cli_audit import add_audit_commands
+from ._cli_halt import add_halt_commands
 from ._cli_limits import add_limits_command
 from ._cli_queues import cmd_approvals, cmd_escalations
 from ._cli_runs import RUN_STATUSES, cmd_runs
@@ -271,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .ui._cli import run as run_ui
 
     add_limits_command(sub, _add_wal_path)
+    add_halt_commands(sub, _add_wal_path)
 
     mcp = sub.add_parser(
         "mcp",

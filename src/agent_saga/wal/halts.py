@@ -13,10 +13,15 @@ read and write a log.
 
 from __future__ import annotations
 
+import json
+import os
 import secrets as _random
+import socket
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from ..errors import SagaUsageError
@@ -32,10 +37,14 @@ __all__ = [
     "Halt",
     "HaltFold",
     "halt",
+    "halt_blocking",
     "halts_in_force",
     "resume",
 ]
 
+INDEX_NAME: Final = "halts.jsonl"
+CHECK_SECONDS: Final = 1.0
+"""How often a gate looks at the halt index: a halt is seen within this long."""
 HALT: Final = R.HALT
 RESUME: Final = R.RESUME
 SCOPES: Final = ("all", "tool", "saga_name", "host")
@@ -244,9 +253,11 @@ def halt(
         "min_reader": 3,
         "ts": time.time(),
     }
+    index = _index_of(store)
     writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
         x.append_locked([rec])
+        _index_append(index, rec)  # under the lock, after the record is durable
     fold = HaltFold()
     fold.apply(rec)
     [made] = fold.in_force()
@@ -279,6 +290,7 @@ def resume(
     reason = _text("--reason", reason)
     who, how = _who(by)
     store = open_store(wal_path)
+    index = _index_of(store)
     fold = HaltFold()
     fold.feed(store.scan(decryptor=encryptor))
     writer = store.writer(encryptor=encryptor)
@@ -294,17 +306,115 @@ def resume(
             ended = in_force
             if not ended:
                 raise SagaUsageError("no halt is in force; nothing to resume")
-        x.append_locked(
-            [
-                {
-                    "type": RESUME,
-                    "halt": halt_id or "all",
-                    "reason": reason,
-                    "by": who,
-                    "identity": {"how": how, "name": who},
-                    "min_reader": 3,
-                    "ts": time.time(),
-                }
-            ]
-        )
+        rec = {
+            "type": RESUME,
+            "halt": halt_id or "all",
+            "reason": reason,
+            "by": who,
+            "identity": {"how": how, "name": who},
+            "min_reader": 3,
+            "ts": time.time(),
+        }
+        x.append_locked([rec])
+        _index_append(index, rec)
     return ended
+
+
+# ---- the index gates read: <wal>.d/halts.jsonl -----------------------------------------
+
+
+def _index_of(store: LogStore) -> Path:
+    if store.kind != "file":
+        raise SagaUsageError(
+            "halt and resume work on file logs only in this version; a PostgreSQL log's "
+            "gates would not see the halt, so none is recorded"
+        )
+    return index_path(store.location)
+
+
+def index_path(wal_path: str | os.PathLike[str]) -> Path:
+    """Where the halt index of a file log is: ``<wal>.d/halts.jsonl`` (the real path)."""
+    return Path(os.path.realpath(os.fspath(wal_path)) + ".d") / INDEX_NAME
+
+
+def _index_append(index: Path, rec: Mapping[str, Any]) -> None:
+    """Append a halt or resume to the index, durably (the log holds the same record)."""
+    index.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    fd = os.open(index, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class _Cache:
+    fold: HaltFold
+    stamp: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of the index
+    next_check: float = 0.0
+    empty: bool = True  # no halt in force (the hot path reads only this and next_check)
+
+
+_CACHES: dict[str, _Cache] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _cache_for(wal_path: str) -> _Cache:
+    with _CACHE_LOCK:
+        cache = _CACHES.get(wal_path)
+        if cache is None:
+            cache = _CACHES[wal_path] = _Cache(HaltFold())
+    now = time.monotonic()
+    if now < cache.next_check:
+        return cache
+    with _CACHE_LOCK:
+        cache.next_check = now + CHECK_SECONDS
+        index = index_path(wal_path)
+        try:
+            st = index.stat()
+        except FileNotFoundError:
+            stamp = None
+        else:
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if stamp != cache.stamp:
+            fold = HaltFold()
+            if stamp is not None:
+                for line in index.read_bytes().splitlines():
+                    try:
+                        fold.apply(json.loads(line))
+                    except ValueError:
+                        fold.anomalies += 1
+            cache.fold, cache.stamp = fold, stamp
+            cache.empty = not fold.in_force()
+    return cache
+
+
+def halt_blocking(writer: Any, *, tool: str, saga_name: str | None) -> Halt | None:
+    """The halt in force that covers a step of ``tool`` in saga ``saga_name``, or None.
+
+    Reads the log's halt index at most once per :data:`CHECK_SECONDS` (a ``stat``),
+    so a halt written by any process is seen within that time by every gate on the
+    host sharing the log. A writer without a file (PostgreSQL, the in-memory log)
+    has no halts (``halt`` refuses those logs).
+    """
+    path = getattr(writer, "path", None)
+    if path is None:
+        return None
+    cache = _CACHES.get(path)
+    if cache is not None and cache.empty and time.monotonic() < cache.next_check:
+        return None  # the common case: a dict lookup and a clock read, no lock
+    cache = _cache_for(os.fspath(path))
+    if cache.empty:
+        return None
+    return cache.fold.blocking(tool=tool, saga_name=saga_name, host=_host())
+
+
+_HOST: list[str] = []
+
+
+def _host() -> str:
+    if not _HOST:
+        _HOST.append(socket.gethostname())
+    return _HOST[0]

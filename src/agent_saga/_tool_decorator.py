@@ -62,6 +62,7 @@ def _make_spec(
     retry_on: Iterable[type[BaseException]],
     idempotent: bool,
     trace_args: Iterable[str] = (),
+    secret_args: Iterable[str] = (),
 ) -> ToolSpec:
     if not isinstance(semantics, ActionSemantics):
         raise SagaUsageError(f"semantics must be an ActionSemantics member, got {semantics!r}")
@@ -90,6 +91,7 @@ def _make_spec(
     except (TypeError, ValueError):
         signature = None
     traced = _trace_args(trace_args, signature)
+    hidden = _secret_args(secret_args, signature, traced)
     return ToolSpec(
         name=name or getattr(fn, "__qualname__", None) or repr(fn),
         semantics=semantics,
@@ -107,7 +109,30 @@ def _make_spec(
         plain_defaults=plain_defaults(signature),
         plain_params=plain_parameters(signature),
         trace_args=traced,
+        secret_args=hidden,
     )
+
+
+def _secret_args(
+    names: Iterable[str], signature: inspect.Signature | None, traced: tuple[str, ...]
+) -> frozenset[str]:
+    """Check ``secret_args=``: named parameters of the tool, never also traced."""
+    if isinstance(names, str):
+        raise SagaUsageError("secret_args= takes an iterable of argument names, not one string")
+    out = frozenset(names)
+    for name in out:
+        if not isinstance(name, str) or not name or name == "idempotency_key":
+            raise SagaUsageError(
+                "secret_args= names must be the tool's own arguments (non-empty strings)"
+            )
+        if signature is not None and name not in signature.parameters:
+            raise SagaUsageError(
+                f"secret_args= names {name!r}, which is not an argument of the tool "
+                f"(it takes {', '.join(signature.parameters) or 'nothing'})"
+            )
+        if name in traced:
+            raise SagaUsageError(f"{name!r} is in both secret_args= and trace_args=; pick one")
+    return out
 
 
 def _trace_args(names: Iterable[str], signature: inspect.Signature | None) -> tuple[str, ...]:
@@ -319,6 +344,7 @@ def tool(
     retry_on: Iterable[type[BaseException]] = ...,
     idempotent: bool = ...,
     trace_args: Iterable[str] = ...,
+    secret_args: Iterable[str] = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -338,6 +364,7 @@ def tool(
     retry_on: Iterable[type[BaseException]] = (Exception,),
     idempotent: bool = False,
     trace_args: Iterable[str] = (),
+    secret_args: Iterable[str] = (),
 ) -> Any:
     """Declare a function (sync or async) as an agent tool with a typed side effect.
 
@@ -372,6 +399,11 @@ def tool(
         trace_args: Arguments whose values traces may show (``gen_ai.tool.call.arguments``
             when ``agent_saga.observability`` is instrumented); a value the secret
             scanner flags is shown as ``[redacted]`` all the same. Default: none.
+        secret_args: Arguments the tool legitimately needs in clear (a user's new
+            password): the function receives the value; the log, approval requests,
+            refusals, the UI and traces hold its keyed digest instead, so the secret
+            scanner does not refuse it. Recovery cannot replay such a step: it is
+            resolved or escalated. Default: none.
 
     Returns:
         The wrapped tool (or a decorator producing it).
@@ -399,6 +431,7 @@ def tool(
             retry_on=retry_on,
             idempotent=idempotent,
             trace_args=trace_args,
+            secret_args=secret_args,
         )
         return _wrap(f, spec)
 

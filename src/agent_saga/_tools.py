@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._secret_args import digest_secret_args
 from ._types import ActionSemantics, RetryPolicy
 
 __all__ = ["ToolSpec", "plain_defaults", "plain_parameters"]
@@ -44,6 +45,8 @@ class ToolSpec:
         plain_params: ``(parameter names in order, how many may be given
             positionally)`` when every parameter is positional-or-keyword or
             keyword-only (lets positional calls be logged without ``Signature.bind``).
+        secret_args: Arguments the function needs in clear and nothing records
+            (``@tool(secret_args=...)``): logged as their keyed digests.
         trace_args: Arguments whose values the tool lets traces show (``@tool(trace_args=
             ...)``); every other argument's value stays out of every span.
     """
@@ -64,13 +67,22 @@ class ToolSpec:
     plain_defaults: dict[str, Any] | None = None
     plain_params: tuple[tuple[str, ...], int] | None = None
     trace_args: tuple[str, ...] = ()
+    secret_args: frozenset[str] = frozenset()
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Return the call's arguments by parameter name, defaults applied.
 
         Policies must judge what the call will really use, so defaults count; the
-        idempotency key the engine injects is not an argument of the agent's.
+        idempotency key the engine injects is not an argument of the agent's. A
+        secret argument (``secret_args``) is its keyed digest: this is what is
+        logged, scanned, judged and shown; the function itself gets the value.
         """
+        bound = self._bind(args, kwargs)
+        if self.secret_args:
+            return digest_secret_args(bound, self.secret_args)
+        return bound
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.signature is None:
             return {"args": list(args), **kwargs} if args else dict(kwargs)
         if not args and self.plain_defaults is not None:

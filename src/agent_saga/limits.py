@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -45,10 +45,11 @@ class LimitPolicy:
     when its reservation is admitted by the log, atomically with the intent.
     """
 
-    __slots__ = ("_key", "over_limit", "spec")
+    __slots__ = ("_key", "over_limit", "spec", "tools")
 
     spec: LimitSpec
     over_limit: Literal["refuse", "approve"]
+    tools: frozenset[str] | None
     _key: KeySpec
 
     def __init__(
@@ -59,6 +60,7 @@ class LimitPolicy:
         tz: str,
         key: KeySpec,
         over_limit: str,
+        tools: Iterable[str] | None = None,
     ) -> None:
         """Check and compile a definition (see :class:`Budget`, :class:`RateLimit`)."""
         name = spec_args.get("name")
@@ -91,6 +93,7 @@ class LimitPolicy:
         self.spec = spec
         self.over_limit = over_limit  # type: ignore[assignment]
         self._key = key
+        self.tools = _tools(name, tools)
 
     @property
     def name(self) -> str:
@@ -98,7 +101,10 @@ class LimitPolicy:
         return f"limit:{self.spec.name}"
 
     def applies_to(self, request: ApprovalRequest) -> bool:
-        """Whether the call is metered: a budget meters calls that have its argument."""
+        """Whether the call is metered: of one of its ``tools`` (when given), and for a
+        budget, a call that has its argument."""
+        if self.tools is not None and request.tool not in self.tools:
+            return False
         arg = self.spec.arg
         return arg is None or arg in request.kwargs
 
@@ -214,6 +220,8 @@ class Budget(LimitPolicy):
         over_limit: ``"refuse"`` (default) or ``"approve"``: ask the saga's approver,
             showing the usage.
         tz: The calendar window's IANA time zone (default ``"UTC"``).
+        tools: Meter only calls of these tools (default: every tool; for a budget,
+            every tool that has the argument).
 
     Raises:
         SagaUsageError: The definition is invalid (checked here, not at the first call).
@@ -232,6 +240,7 @@ class Budget(LimitPolicy):
         net: bool = False,
         over_limit: str = "refuse",
         tz: str = "UTC",
+        tools: Iterable[str] | None = None,
     ) -> None:
         """See the class docstring."""
         if not isinstance(arg, str) or not arg:
@@ -243,6 +252,7 @@ class Budget(LimitPolicy):
             tz=tz,
             key=key,
             over_limit=over_limit,
+            tools=tools,
         )
 
 
@@ -256,6 +266,7 @@ class RateLimit(LimitPolicy):
         key: As for :class:`Budget`.
         over_limit: As for :class:`Budget`.
         tz: As for :class:`Budget`.
+        tools: Meter only calls of these tools (default: every durable call).
 
     Raises:
         SagaUsageError: The definition is invalid.
@@ -272,6 +283,7 @@ class RateLimit(LimitPolicy):
         key: KeySpec = None,
         over_limit: str = "refuse",
         tz: str = "UTC",
+        tools: Iterable[str] | None = None,
     ) -> None:
         """See the class docstring."""
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
@@ -284,7 +296,19 @@ class RateLimit(LimitPolicy):
             tz=tz,
             key=key,
             over_limit=over_limit,
+            tools=tools,
         )
+
+
+def _tools(name: str, tools: Iterable[str] | None) -> frozenset[str] | None:
+    if tools is None:
+        return None
+    if isinstance(tools, str):
+        raise SagaUsageError(f"limit {name!r}: tools= takes tool names, not one string")
+    out = frozenset(tools)
+    if not out or not all(isinstance(t, str) and t for t in out):
+        raise SagaUsageError(f"limit {name!r}: tools= must name at least one tool")
+    return out
 
 
 def _check_limit(name: str, limit: object) -> None:

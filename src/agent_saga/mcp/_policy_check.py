@@ -17,6 +17,7 @@ from ..secrets import find_secrets
 from ._argument_limit import argument_path
 from ._document import parse_document
 from ._locate import Key, Locator
+from ._policy_limits import parse_limits
 from ._policy_model import (
     CompensateSpec,
     EnvValue,
@@ -135,7 +136,11 @@ class _Checker:
 
     def policy(self, data: Any) -> Policy:
         top = self.table(
-            data, (), frozenset({"version", "generated_by", "server", "saga", "tools"})
+            data,
+            (),
+            frozenset(
+                {"version", "generated_by", "server", "saga", "tools", "budgets", "rate_limits"}
+            ),
         )
         if "version" in top and (top["version"] != 1 or isinstance(top["version"], bool)):
             raise self.fail(("version",), f"must be 1, got {top['version']!r}")
@@ -156,7 +161,8 @@ class _Checker:
                         ("tools", name, label, "tool"),
                         f"{label} calls {name!r} itself; name another tool of the server",
                     )
-        return Policy(self.file, server, saga, tools, generated)
+        limits = parse_limits(self, top, tools)
+        return Policy(self.file, server, saga, tools, generated, limits)
 
     def secrets(self, value: Any, where: Key) -> None:
         """Refuse any value that looks like a credential (it would reach the log)."""

@@ -215,6 +215,7 @@ class Policy:
         saga: The ``[saga]`` table.
         tools: Declared tools by name.
         generated_by: Set when ``--observe`` wrote the file.
+        limits: The ``[[budgets]]`` and ``[[rate_limits]]`` (``Budget`` / ``RateLimit``).
     """
 
     file: str
@@ -222,6 +223,7 @@ class Policy:
     saga: SagaSettings = field(default_factory=SagaSettings)
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
     generated_by: str | None = None
+    limits: tuple[GatePolicy, ...] = ()
 
     @property
     def todos(self) -> list[str]:
@@ -236,4 +238,5 @@ class Policy:
                 out.append(ArgumentLimit(arg, limit, name))
         if self.saga.max_side_effects is not None:
             out.append(MaxSideEffects(self.saga.max_side_effects))
+        out.extend(self.limits)
         return out

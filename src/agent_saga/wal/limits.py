@@ -151,12 +151,10 @@ class LimitSpec:
             raise ValueError(f"limit {self.name!r}: give a window in seconds or a calendar")
         if self.window is not None and (not math.isfinite(self.window) or self.window <= 0):
             raise ValueError(f"limit {self.name!r}: the window must be > 0 seconds")
-        if self.calendar is not None:
-            if self.calendar not in CALENDARS:
-                raise ValueError(
-                    f"limit {self.name!r}: calendar must be one of {', '.join(CALENDARS)}"
-                )
-            _zone(self.tz)  # raises on an unknown time zone
+        if self.calendar is not None and self.calendar not in CALENDARS:
+            raise ValueError(f"limit {self.name!r}: calendar must be one of {', '.join(CALENDARS)}")
+        if self.tz != "UTC":
+            _zone(self.tz)  # raises on an unknown time zone (a typo is an error either way)
 
     def period(self, ts: float) -> str | None:
         """The calendar period holding ``ts`` (``"2026-12-02"``, ``"2026-12"``), or None."""

@@ -41,7 +41,7 @@ from typing import Any, Final
 from . import _config
 from ._runtime import current_saga
 from .errors import SagaUsageError
-from .gate import ApprovalRequest, Decision, current_user
+from .gate import ApprovalRequest, Decision, human_identity
 from .secrets import redact
 from .wal import records as R
 from .wal.reader import Damage, Record
@@ -360,6 +360,7 @@ def decide_approval(
     """
     if not isinstance(note, str) or not note.strip():
         raise SagaUsageError("deciding an approval request needs a --note saying why")
+    who = human_identity(by)
     store = open_store(wal_path)
     path = store.display
     identity = store.identity()
@@ -376,7 +377,8 @@ def decide_approval(
         else:
             fold.feed(x.read_from(fold.position), only=only)
         view = _check_open(fold, request_id, path)
-        record = _decision(request_id, view.saga_id, approve, by or current_user(), note)
+        record = _decision(request_id, view.saga_id, approve, who["name"], note)
+        record["identity"] = who
         offset = fold.position
         x.append_locked([record])
     fold.apply(record, offset)

@@ -97,7 +97,7 @@ def _add_decision_options(
 ) -> None:
     p.add_argument("id", help=id_help)
     p.add_argument("--note", required=True, help=note_help)
-    p.add_argument("--by", default=None, help=by_help)
+    p.add_argument("--as", "--by", dest="by", default=None, metavar="NAME", help=by_help)
     # Accepted after the action too (``approvals approve ID --wal-path P``).
     _add_wal_path(p, dest="action_wal_path")
 

@@ -40,6 +40,7 @@ __all__ = [
     "as_decision",
     "current_user",
     "deny_all",
+    "human_identity",
     "run_policies",
 ]
 
@@ -220,6 +221,28 @@ def current_user() -> str:
         return getpass.getuser()
     except Exception:  # no user database in some containers
         return "unknown"
+
+
+def human_identity(by: str | None) -> dict[str, str]:
+    """Who a human decision is by, and how that is known: ``{"how", "name"}``.
+
+    ``by`` given (``--as NAME``): ``how`` is ``"as"``. Otherwise the OS user running
+    the command (``"os"``). Never a guess: with neither, a usage error asks for
+    ``--as``.
+
+    Raises:
+        SagaUsageError: ``by`` is empty or too long, or the OS user cannot be told.
+    """
+    if by is not None:
+        if not isinstance(by, str) or not by.strip() or len(by) > 200:
+            raise SagaUsageError("--as needs a name of 1 to 200 characters")
+        return {"how": "as", "name": by}
+    name = current_user()
+    if name == "unknown":
+        raise SagaUsageError(
+            "cannot tell who you are (no OS user name here); say it with --as NAME"
+        )
+    return {"how": "os", "name": name}
 
 
 @dataclass(frozen=True, slots=True)

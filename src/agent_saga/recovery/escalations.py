@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..errors import SagaUsageError
-from ..gate import current_user
+from ..gate import human_identity
 from ..secrets import redact
 from ..wal import records as R
 from ..wal.state import EscalationView, SagaFold
@@ -120,14 +120,15 @@ def resolve_escalation(
             f"no open escalation {escalation!r} in {store.display}; list them with "
             "`agent-saga escalations`"
         )
-    who = by or current_user()
+    who = human_identity(by)
     writer = store.writer(encryptor=encryptor)
     writer.append(
         {
             "type": R.ESCALATION_RESOLVED,
             "escalation": escalation,
             "note": redact(note),  # a human may paste a credential into a note
-            "by": who,
+            "by": who["name"],
+            "identity": who,
             "ts": time.time(),
         }
     )
@@ -167,6 +168,7 @@ def request_retry(
     """
     if not note or not note.strip():
         raise SagaUsageError("retrying an escalation needs a --note saying what was fixed")
+    who = human_identity(by)
     store = open_store(wal_path)
     # Pass 1: the escalation alone, to learn its saga (and fail fast if it is not open).
     queue = SagaFold(forget_terminal=True, remember_ended=False)
@@ -218,7 +220,8 @@ def request_retry(
                     "saga": found.saga_id,
                     "step": found.step,
                     "note": redact(note),
-                    "by": by or current_user(),
+                    "by": who["name"],
+                    "identity": who,
                     "ts": time.time(),
                 }
             ]

@@ -11,7 +11,9 @@ launcher process that starts only that child: see :func:`peak_rss`):
 - ``agent-saga runs --json`` (stdout to /dev/null), and ``runs`` (the table);
 - ``saga-recoveryd --once`` (every saga of the WAL is terminal: nothing to recover,
   the daemon only folds the log);
-- ``agent-saga escalations --json`` and ``agent-saga approvals --json`` (the queues).
+- ``agent-saga escalations --json`` and ``agent-saga approvals --json`` (the queues);
+- ``agent-saga limits --json`` (the limit state: every intent reserves in one budget
+  of a 60 s window, keyed by 100 customers; the log spans far longer than 60 s).
 
 The record mix is the same at every size, so only the length of the log changes:
 sagas of 3-7 records (``saga_begin``, intent/committed pairs, ``saga_end``); one saga
@@ -89,6 +91,24 @@ def write_wal(path: str, records: int, *, seed: int = 14) -> dict[str, int]:
                 f.write(b"".join(buf))
                 buf.clear()
 
+        # One budget of a 60 s sliding window, keyed by customer: every intent reserves
+        # in it, so `agent-saga limits` folds the whole log while keeping only the
+        # reservations still inside the window (the log spans far more than 60 s).
+        put(
+            {
+                "type": "limit_declared",
+                "limit": "bench-spend",
+                "kind": "budget",
+                "max": 1e12,
+                "window": {"seconds": 60.0},
+                "arg": "amount",
+                "key": "arg:customer",
+                "net": False,
+                "digest": "0" * 16,
+                "by": owner,
+                "ts": t,
+            }
+        )
         for _ in range(PENDING_APPROVALS):
             # An agent waiting for a human on its saga's first durable step: the request
             # comes before saga_begin, and the saga has not begun yet.
@@ -111,7 +131,7 @@ def write_wal(path: str, records: int, *, seed: int = 14) -> dict[str, int]:
         while written < records:
             sagas += 1
             sid = uuid.uuid4().hex
-            t += 0.01
+            t += 0.1  # 10 sagas/s: even 10 k records span more than a limit's window
             put(
                 {
                     "type": r.SAGA_BEGIN,
@@ -163,6 +183,14 @@ def write_wal(path: str, records: int, *, seed: int = 14) -> dict[str, int]:
                         "idempotency_key": r.idempotency_key(sid, step),
                         "approved_by": "gate",
                         "idempotent": True,
+                        "reserve": [
+                            {
+                                "limit": "bench-spend",
+                                "key": f"c{sagas % 100}",
+                                "amount": step * 100,
+                                "period": None,
+                            }
+                        ],
                         "ts": t,
                     }
                 )
@@ -274,6 +302,7 @@ COMMANDS: dict[str, list[str]] = {
     "saga-recoveryd --once": ["saga-recoveryd", "--once"],
     "escalations --json": ["agent-saga", "escalations", "--json"],
     "approvals --json": ["agent-saga", "approvals", "--json"],
+    "limits --json": ["agent-saga", "limits", "--json"],
 }
 
 

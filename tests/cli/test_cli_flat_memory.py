@@ -48,6 +48,7 @@ COMMANDS = {
     "saga-recoveryd --once": [RECOVERYD, "--once"],
     "escalations --json": [AGENT_SAGA, "escalations", "--json"],
     "approvals --json": [AGENT_SAGA, "approvals", "--json"],
+    "limits --json": [AGENT_SAGA, "limits", "--json"],
 }
 
 

@@ -170,7 +170,7 @@ class LimitSpec:
         return entry_period == self.period(now)
 
 
-_CLOCK_SLACK: Final = 300.0  # a writer's clock a little ahead still counts (fail closed)
+_CLOCK_SLACK: Final = 30.0  # clocks of writers sharing a log may differ this much (fail closed)
 _ZONES: dict[str, tzinfo] = {}
 
 

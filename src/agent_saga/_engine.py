@@ -21,6 +21,7 @@ import asyncio
 import enum
 import json
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _crash, _observe
@@ -35,7 +36,7 @@ from ._commands import (
     Sleep,
     Submit,
 )
-from ._metering import admitted, metering
+from ._metering import Metered, admitted, metering
 from ._registry import is_registered
 from ._types import ActionSemantics, Compensation
 from ._undo import error_text, escalation_id, flat, jsonable, now
@@ -44,6 +45,7 @@ from .gate import ApprovalRequest, Decision, as_decision, run_policies
 from .secrets import CredentialRef, assert_no_secrets, redact
 from .wal import records as R
 from .wal.halts import halt_blocking
+from .wal.limits import Overrun
 
 if TYPE_CHECKING:
     from ._runtime import Run, Scope
@@ -199,14 +201,20 @@ def _precheck(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Decision | 
 
 
 def _approval(
-    run: Run, scope: Scope, spec: ToolSpec, step: Step
+    run: Run, scope: Scope, spec: ToolSpec, step: Step, usage: dict[str, Any] | None = None
 ) -> Generator[Command, Any, Decision]:
-    """Ask the saga's approver about an IRREVERSIBLE step (fail closed on errors)."""
+    """Ask the saga's approver about an IRREVERSIBLE step, or a call over a limit.
+
+    Fail closed: an approver that raises refuses.
+    """
     obs = _observe.observer
     if obs is not None:
         obs.approval_waiting(1)
     try:
-        answer = yield Approve(scope.approver, _request(run, spec, step))
+        request = _request(run, spec, step)
+        if usage is not None:
+            request = replace(request, usage=usage)
+        answer = yield Approve(scope.approver, request)
     except Exception as exc:  # a broken approver must not open the gate
         return Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
     finally:
@@ -216,6 +224,36 @@ def _approval(
     if step.obs is not None:
         step.obs.approval(decision, scope.approver)
     return decision
+
+
+def _over_limit(
+    run: Run,
+    scope: Scope,
+    spec: ToolSpec,
+    step: Step,
+    intent: dict[str, Any],
+    metered: Metered,
+    over: Overrun,
+) -> Protocol:
+    """A call over a limit: refused, or — ``over_limit="approve"`` — the approver decides.
+
+    Approved, the intent is appended as it is (its reservation counts, past the
+    limit) and a ``gate`` record says who let it through; refused, the refusal is
+    recorded with the limit's numbers and raised.
+    """
+    usage = over.as_record()
+    decision = Decision.deny(f"limit:{over.usage.limit}", over.reason())
+    if metered[over.usage.limit][3] == "approve":
+        decision = yield from _approval(run, scope, spec, step, usage=usage)
+        if decision.approved:
+            intent["approved_by"] = decision.decided_by
+            yield Submit({**_gate_record(run, step, decision), "limit": usage})
+            yield Append(intent)
+            return
+        decision = Decision.deny(decision.decided_by, f"{over.reason()}; {decision.reason}")
+    run.side_effects -= 1
+    yield Append({**_gate_record(run, step, decision), "limit": usage})
+    raise _refusal(run, step, decision)
 
 
 def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
@@ -305,10 +343,7 @@ def _durable_step(
             if metered:
                 over = yield from admitted(intent, metered)
                 if over is not None:
-                    run.side_effects -= 1
-                    refusal = Decision.deny(f"limit:{over.usage.limit}", over.reason())
-                    yield Append({**_gate_record(run, step, refusal), "limit": over.as_record()})
-                    raise _refusal(run, step, refusal)
+                    yield from _over_limit(run, scope, spec, step, intent, metered, over)
             else:
                 yield Append(intent)
         except (asyncio.CancelledError, KeyboardInterrupt):

@@ -20,8 +20,9 @@ from .wal.limits import LimitSpec, Overrun
 
 __all__ = ["Metered", "admitted", "metering"]
 
-Metered = dict[str, tuple[str | None, float, LimitSpec]]
-"""Limit name -> (the call's meter key, the amount it reserves, the definition)."""
+Metered = dict[str, tuple[str | None, float, LimitSpec, str]]
+"""Limit name -> (the call's meter key, the amount it reserves, the definition, and
+what to do over it: ``"refuse"`` or ``"approve"``)."""
 
 
 def metering(
@@ -55,7 +56,7 @@ def metering(
             return Decision.deny(
                 policy.name, f"the key of limit {name!r} looks like a credential; refused"
             )
-        metered[name] = (key, amount, policy.spec)
+        metered[name] = (key, amount, policy.spec, policy.over_limit)
     return metered
 
 
@@ -69,7 +70,7 @@ def admitted(intent: dict[str, Any], metered: Metered) -> Generator[Command, Any
     at = float(intent["ts"])
     reserve: list[dict[str, Any]] = []
     specs: dict[str, LimitSpec] = {}
-    for name, (key, amount, limit) in metered.items():
+    for name, (key, amount, limit, _over) in metered.items():
         reserve.append({"limit": name, "key": key, "amount": amount, "period": limit.period(at)})
         specs[name] = limit
     intent["reserve"] = reserve

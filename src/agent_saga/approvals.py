@@ -117,27 +117,29 @@ class ApprovalQueue:
         """
         store = open_store(self._path())
         writer = store.writer(encryptor=self.encryptor)
-        rid = R.approval_id(request.saga_id, request.step)
+        purpose = "approval" if request.usage is None else "approval/limit"
+        rid = R.approval_id(request.saga_id, request.step, purpose)
         # Read back with whatever the writer seals with (the saga's encryptor= when it
         # opened this writer first), so what we write we can read.
         decryptor = self.encryptor if self.encryptor is not None else writer._encryptor
         watch = _Watch(store, rid, request.saga_id, decryptor)
         now = time.time()
-        writer.append(
-            {
-                "type": R.APPROVAL_REQUESTED,
-                "saga": request.saga_id,
-                "name": request.saga_name,
-                "step": request.step,
-                "tool": request.tool,
-                "semantics": request.semantics.value,
-                "kwargs": dict(request.kwargs),
-                "request": rid,
-                "expires": now + self.timeout,
-                "by": writer.owner,
-                "ts": now,
-            }
-        )
+        asked: dict[str, Any] = {
+            "type": R.APPROVAL_REQUESTED,
+            "saga": request.saga_id,
+            "name": request.saga_name,
+            "step": request.step,
+            "tool": request.tool,
+            "semantics": request.semantics.value,
+            "kwargs": dict(request.kwargs),
+            "request": rid,
+            "expires": now + self.timeout,
+            "by": writer.owner,
+            "ts": now,
+        }
+        if request.usage is not None:
+            asked["usage"] = dict(request.usage)  # over a limit: what the human decides on
+        writer.append(asked)
         try:
             answer = self._wait(watch)
             if answer is not None:

@@ -57,6 +57,9 @@ class ApprovalRequest:
         kwargs: The call's arguments, by name (as they would be logged).
         step: The step number within the saga.
         side_effects: How many non-REVERSIBLE steps the saga already started.
+        usage: Set when the call is over a limit whose ``over_limit`` is
+            ``"approve"``: the limit, key, window, used, held, requested and max
+            (the approver decides whether this call may exceed it).
     """
 
     saga_id: str
@@ -66,6 +69,7 @@ class ApprovalRequest:
     kwargs: Mapping[str, Any]
     step: int
     side_effects: int = 0
+    usage: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

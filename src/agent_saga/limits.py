@@ -11,8 +11,8 @@ the accounting is :mod:`agent_saga.wal.limits`).
 
 Limits meter the steps that write an ``intent``: COMPENSABLE and IRREVERSIBLE
 ones. A REVERSIBLE step is in-process and undone with its saga; it is not metered.
-``over_limit="approve"`` is accepted but not carried out yet: over its limit, such a
-limit refuses like ``"refuse"`` (fail closed).
+``over_limit="approve"``: a call over the limit is put to the saga's approver with
+the usage (``ApprovalRequest.usage``); approved, it runs and its use counts.
 
 Every definition is checked when it is made: a negative or non-numeric limit, a zero
 window, an unknown calendar or time zone raise :class:`~agent_saga.errors.SagaUsageError`

@@ -217,3 +217,43 @@ def test_concurrent_threads_of_one_process_admit_exactly_what_fits(tmp_path: Pat
     assert outcomes.count("admitted") == 10
     assert outcomes.count("refused") == 30
     assert len(_records(wal, "intent")) == 10
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_over_a_limit_that_says_approve_the_approver_decides_with_the_usage(
+    tmp_path: Path, approve: bool
+) -> None:
+    from agent_saga import Decision
+
+    wal = str(tmp_path / "a.wal")
+    budget = Budget("spend", 100, window=3600, over_limit="approve")
+    asked: list[Any] = []
+
+    def approver(request: Any) -> Decision:
+        asked.append(request)
+        if approve:
+            return Decision.approve("carol", "quarter-end exception")
+        return Decision.deny("carol", "not this time")
+
+    CHARGED.clear()
+    with saga("a", wal_path=wal, policies=[budget], approver=approver):
+        pay(amount=80)
+    assert asked == [], "under the limit nobody is asked"
+    if approve:
+        with saga("b", wal_path=wal, policies=[budget], approver=approver):
+            pay(amount=50)
+        assert CHARGED == [80, 50]
+    else:
+        with (
+            pytest.raises(GateRefused, match="not this time"),
+            saga("b", wal_path=wal, policies=[budget], approver=approver),
+        ):
+            pay(amount=50)
+        assert CHARGED == [80]
+    [request] = asked
+    assert request.usage["used"] == 80
+    assert request.usage["requested"] == 50
+    [gate] = _records(wal, "gate")
+    assert gate["decided_by"] == "carol"
+    assert gate["decision"] == ("approved" if approve else "refused")
+    assert gate["limit"]["max"] == 100

@@ -167,7 +167,7 @@ def recovery_token(saga_id: str, step: int) -> str:
     return _derive(saga_id, step, "compensation")
 
 
-def approval_id(saga_id: str, step: int) -> str:
+def approval_id(saga_id: str, step: int, purpose: str = "approval") -> str:
     """Return the deterministic id of the approval request for a step (``apr-…``).
 
     Derived like escalation ids, so the waiting agent, the CLI and the UI name the
@@ -176,9 +176,46 @@ def approval_id(saga_id: str, step: int) -> str:
     Args:
         saga_id: The saga's id.
         step: The step number.
+        purpose: ``"approval"`` (an IRREVERSIBLE step), or ``"approval/limit"`` (a
+            step over a limit with ``over_limit="approve"``): one step may need both.
 
     Returns:
         ``"apr-"`` followed by 16 hex digits.
     """
-    digest = hashlib.sha256(f"agent-saga/approval/{saga_id}/{step}".encode()).hexdigest()
+    digest = hashlib.sha256(f"agent-saga/{purpose}/{saga_id}/{step}".encode()).hexdigest()
     return f"apr-{digest[:16]}"
+
+
+def undo_id(saga_id: str, from_step: int | None) -> str:
+    """Return the deterministic id of an undo of a committed saga (``und-…``, §12.5).
+
+    One undo per saga and starting step: asking twice names the same undo.
+
+    Args:
+        saga_id: The saga's id.
+        from_step: The first step undone (None: all of them).
+
+    Returns:
+        ``"und-"`` followed by 16 hex digits.
+    """
+    digest = hashlib.sha256(f"agent-saga/undo/{saga_id}/{from_step}".encode()).hexdigest()
+    return f"und-{digest[:16]}"
+
+
+def undo_token(saga_id: str, step: int, undo: str) -> str:
+    """Return the token of a step's compensation within the undo ``undo``.
+
+    Never equal to the step's recovery token, so an undo after commit and a recovery
+    can never be taken for the same compensation; the same for every process that
+    carries out ``undo`` (the undoer, any daemon finishing it).
+
+    Args:
+        saga_id: The saga's id.
+        step: The step number.
+        undo: The undo's id (:func:`undo_id`).
+
+    Returns:
+        The token, passed to the handler as its ``idempotency_key``.
+    """
+    digest = hashlib.sha256(f"agent-saga/undo/{saga_id}/{step}/{undo}".encode()).hexdigest()
+    return f"as-und-{digest[:40]}"

@@ -257,3 +257,22 @@ def test_over_a_limit_that_says_approve_the_approver_decides_with_the_usage(
     assert gate["decided_by"] == "carol"
     assert gate["decision"] == ("approved" if approve else "refused")
     assert gate["limit"]["max"] == 100
+
+
+def test_compaction_keeps_the_sagas_whose_use_still_counts_and_the_budget_holds(
+    tmp_path: Path,
+) -> None:
+    import time as _time
+
+    from agent_saga.wal.compaction import compact
+
+    wal = str(tmp_path / "c.wal")
+    budget = Budget("spend", 150, window=3600)
+    with saga("old", wal_path=wal, policies=[budget]):
+        pay(amount=100)
+    kept = compact(wal, archive=None, retain_seconds=0)
+    assert kept.records_dropped == 0, "its use is inside the window: dropping it frees budget"
+    with pytest.raises(GateRefused, match="100 used"), saga("new", wal_path=wal, policies=[budget]):
+        pay(amount=60)
+    later = compact(wal, archive=None, retain_seconds=0, now=_time.time() + 2 * 3600)
+    assert later.records_dropped > 0, "once the window has passed the saga may go"

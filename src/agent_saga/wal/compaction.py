@@ -44,16 +44,17 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from .._crash import crashpoint
 from ..errors import SagaUsageError, WALCorrupted, WALError
 from . import records as r
 from .format import HEADER, HEADER_SIZE, decode_payload, encode_record
 from .lease import ProcessLock
+from .limits import LimitSpec, longest_window
 from .reader import Damage, Record, scan
 from .snapshots import SnapshotStore, fsync_dir
 from .state import SagaFold
@@ -363,6 +364,45 @@ def compact(
     return report
 
 
+class _MeteredSagas:
+    """Which sagas hold a limit's use that still counts (``docs/log-format.md`` §12.2).
+
+    A budget's use is derived from its sagas' records: dropping a saga whose
+    reservation is still inside its limit's window would free budget that was spent.
+    So compaction keeps such a saga until the window has passed (a limit the log
+    does not declare keeps its sagas for ever: fail closed).
+    """
+
+    def __init__(self) -> None:
+        self.windows: dict[str, float] = {}
+        self.newest: dict[tuple[str, str], float] = {}  # (saga, limit) -> newest reserve
+
+    def apply(self, data: Mapping[str, Any]) -> None:
+        rtype = data.get("type")
+        if rtype == r.INTENT and data.get("reserve"):
+            try:
+                ts = float(data["ts"])
+                for entry in data["reserve"]:
+                    key = (str(data["saga"]), str(entry["limit"]))
+                    self.newest[key] = max(self.newest.get(key, ts), ts)
+            except (KeyError, TypeError, ValueError):
+                self.newest[(str(data.get("saga")), "")] = float("inf")  # unreadable: keep
+        elif rtype == r.LIMIT_DECLARED:
+            try:
+                spec = LimitSpec.from_record(data)
+            except (KeyError, TypeError, ValueError):
+                return
+            horizon = longest_window(spec)
+            self.windows[spec.name] = max(self.windows.get(spec.name, 0.0), horizon)
+
+    def still_counted(self, now: float) -> set[str]:
+        return {
+            saga
+            for (saga, limit), ts in self.newest.items()
+            if ts > now - self.windows.get(limit, float("inf"))
+        }
+
+
 @dataclass(slots=True)
 class _Plan:
     drop: set[str]
@@ -393,6 +433,7 @@ def _decide_items(
     """
     fold = SagaFold(forget_terminal=True)
     esc_saga: dict[str, str] = {}
+    metered = _MeteredSagas()
     records, damages = 0, []
     for item in items:
         if item.offset >= boundary:
@@ -403,10 +444,12 @@ def _decide_items(
         records += 1
         data = item.data
         fold.apply(data, item.offset)
+        metered.apply(data)
         esc, saga = data.get("escalation"), data.get("saga")
         if data.get("type") == r.ESCALATED and isinstance(esc, str) and isinstance(saga, str):
             esc_saga.setdefault(esc, saga)
     open_esc = {e.saga_id for e in fold.open_escalations()}
+    open_esc |= metered.still_counted(now)  # a use inside an open limit window
     drop: set[str] = set()
     kept = 0
     for view in fold.sagas():

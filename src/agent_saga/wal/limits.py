@@ -43,6 +43,7 @@ __all__ = [
     "Overrun",
     "Usage",
     "UsageFold",
+    "longest_window",
 ]
 
 LIMIT_DECLARED: Final = R.LIMIT_DECLARED
@@ -460,6 +461,11 @@ class UsageFold:
             if u.used or u.held:
                 rows.append(u)
         return rows
+
+
+def longest_window(spec: LimitSpec) -> float:
+    """How long after a use no window of ``spec`` can count it any more (seconds)."""
+    return _longest_window(spec)
 
 
 def _longest_window(spec: LimitSpec) -> float:

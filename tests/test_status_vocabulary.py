@@ -86,6 +86,17 @@ def _escalated(eid: str) -> dict[str, Any]:
             "by": "o"}  # fmt: skip
 
 
+def _undo(sid: str, now: float) -> list[dict[str, Any]]:
+    """An undo after commit asked, and claimed by its undoer (docs/log-format.md §12.5)."""
+    return [
+        {"type": r.UNDO_REQUESTED, "undo": "u", "steps": [1], "from_step": None,
+         "reason": "wrong customer", "by": "alice", "identity": {"how": "as", "name": "alice"},
+         "plan": "0" * 64},
+        {"type": r.CLAIM, "by": "w", "fence": 1, "expires": now + 600, "undo": "u",
+         "steps": [{"step": 1, "token": r.undo_token(sid, 1, "u")}]},
+    ]  # fmt: skip
+
+
 @pytest.fixture
 def every_state(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A log with one saga per state; returns it and the state each saga is in."""
@@ -113,6 +124,13 @@ def every_state(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         {"type": r.ESCALATION_RESOLVED, "escalation": "e-rt", "note": "retried",
          "by": "recoveryd-y"},
         *_saga("com", "o", *_steps("com"), _end("committed")),
+        *_saga("ung", "o", *_steps("ung"), _end("committed"), *_undo("ung", now)),
+        *_saga("udn", "o", *_steps("udn"), _end("committed"), *_undo("udn", now),
+               {"type": r.COMPENSATING, "step": 1, "token": r.undo_token("udn", 1, "u"),
+                "by": "w"},
+               {"type": r.COMPENSATED, "step": 1, "token": r.undo_token("udn", 1, "u"),
+                "by": "w"},
+               {"type": r.UNDONE, "undo": "u", "outcome": "undone", "by": "w"}),
     ]  # fmt: skip
     with open(wal, "wb") as f:
         for i, rec in enumerate(recs):
@@ -128,6 +146,8 @@ def every_state(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "res": "resolved",
         "rt": "rolled_back",
         "com": "committed",
+        "ung": "undoing",
+        "udn": "undone",
     }
     return wal, expected
 

@@ -212,6 +212,24 @@ class _RunsPrinter:
         self._table.flush()
 
 
+def _undone_sagas(wal: LogStore) -> frozenset[str]:
+    """Sagas an undo after commit changes (``undo_requested``): held past their end.
+
+    A committed saga is printed at its ``saga_end`` unless a later undo changes its
+    status (``undoing`` / ``undone``); one read of the log, memory of one id per undo.
+    """
+    from .wal import records as R
+    from .wal.reader import Record
+
+    ids: set[str] = set()
+    for item in wal.scan():
+        if isinstance(item, Record) and item.data.get("type") == R.UNDO_REQUESTED:
+            saga_id = item.data.get("saga")
+            if isinstance(saga_id, str):
+                ids.add(saga_id)
+    return frozenset(ids)
+
+
 def cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``agent-saga runs``: list the sagas of the log as they become final.
 
@@ -227,7 +245,12 @@ def cmd_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     printer = _RunsPrinter(args, out)
     # Bounded and streaming: a saga is printed (and forgotten) as soon as it is final;
     # only live sagas and ended ones with an open escalation are held to the end.
-    fold = SagaFold(forget_terminal=True, remember_ended=False, on_settled=printer.settled)
+    fold = SagaFold(
+        forget_terminal=True,
+        remember_ended=False,
+        on_settled=printer.settled,
+        hold=_undone_sagas(wal),
+    )
     fold.feed(wal.scan())
     for v, live in _judge(sorted(fold.sagas(), key=_start_key), wal):
         printer.print(v, live)

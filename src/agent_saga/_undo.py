@@ -120,6 +120,7 @@ class Target:
     """
 
     __slots__ = (
+        "_token",
         "by",
         "idempotency_key",
         "kwargs",
@@ -145,6 +146,7 @@ class Target:
         idempotency_key: str = "",
         may_still_land: bool = False,
         trace: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.saga = saga
         self.step = step
@@ -161,11 +163,14 @@ class Target:
         # The traceparent of the forward step's span (its intent's ``trace``), so a
         # compensation's span can link to it; None when the step was not traced.
         self.trace = trace
+        # The step's deterministic recovery token; an undo after commit passes its
+        # own (``R.undo_token``), so the two can never be the same compensation.
+        self._token = token
 
     @property
     def token(self) -> str:
-        """The step's deterministic recovery token."""
-        return R.recovery_token(self.saga, self.step)
+        """The step's deterministic recovery token (or the undo token it was given)."""
+        return self._token if self._token is not None else R.recovery_token(self.saga, self.step)
 
 
 def escalate(saga_id: str, step: int | None, reason: str, by: str) -> Protocol:

@@ -16,6 +16,8 @@ Subcommands::
     agent-saga escalations retry ID --note TEXT [--by WHO] [--wal-path P]
     agent-saga approvals --wal-path P [--all] [--json]
     agent-saga approvals approve|deny ID --note TEXT [--by WHO] [--wal-path P]
+    agent-saga undo SAGA_ID --wal-path P --reason TEXT [--from-step N] [--dry-run] [--json]
+                    [--as NAME] [--import MODULE ...]     (docs/undo.md)
     agent-saga ui [--wal-path P] [--host H] [--port N] [--token T] [--quiet]
     agent-saga mcp --policy FILE [--wal-path P] [--boundary session|explicit] [--observe]
                    -- SERVER_COMMAND [ARGS...]    (see docs/mcp.md; its own exit codes)
@@ -72,6 +74,7 @@ from ._cli_support import (
     non_negative_seconds,
     version_line,
 )
+from ._cli_undo import add_undo_command
 from ._cli_wal import cmd_compact, cmd_db_migrate, cmd_encrypt, cmd_verify
 from .errors import SagaError
 
@@ -267,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
             description=f"{verb.capitalize()}: record the decision durably in the log.",
         )
         _add_decision_options(decide, "the request id (apr-...)", "why; recorded with the decision")
+
+    add_undo_command(sub, _add_wal_path)
 
     from .ui._cli import add_arguments as add_ui_arguments
     from .ui._cli import run as run_ui

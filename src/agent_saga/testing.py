@@ -25,6 +25,8 @@ CRASH_POINTS = (
     "step.after_commit",
     "rollback.before_compensation",
     "rollback.after_compensation",
+    "undo.after_request",
+    "undo.before_undone",
     "wal.before_write",
     "wal.mid_write",
     "wal.after_write",

@@ -166,6 +166,10 @@ def _fold_statuses() -> set[str]:
     claim = {"type": r.CLAIM, "by": "d", "expires": 1.0, "fence": 1}
     escalated = {"type": r.ESCALATED, "step": None, "escalation": "e", "reason": "?", "by": "o"}
     end = {"type": r.SAGA_END, "outcome": "escalated", "by": "o"}
+    committed = {"type": r.SAGA_END, "outcome": "committed", "by": "o"}
+    asked = {"type": r.UNDO_REQUESTED, "undo": "u1", "steps": [], "from_step": None,
+             "reason": "r", "by": "p", "plan": "0"}  # fmt: skip
+    undone = {"type": r.UNDONE, "undo": "u1", "outcome": "undone", "by": "p"}
     logs: dict[str, list[dict[str, Any]]] = {
         "a": [begin],
         "b": [begin, claim],
@@ -175,6 +179,8 @@ def _fold_statuses() -> set[str]:
             for outcome in r.TERMINAL_OUTCOMES
         },
         "d": [begin, escalated, end],  # a person closes its escalation (below)
+        "u": [begin, committed, asked],  # an undo after commit not done yet
+        "v": [begin, committed, asked, undone],
     }
     fold = SagaFold()
     offset = 0

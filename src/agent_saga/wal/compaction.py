@@ -450,6 +450,7 @@ def _decide_items(
             esc_saga.setdefault(esc, saga)
     open_esc = {e.saga_id for e in fold.open_escalations()}
     open_esc |= metered.still_counted(now)  # a use inside an open limit window
+    open_esc |= {u.saga_id for u in fold.open_undos()}  # an undo after commit not done
     drop: set[str] = set()
     kept = 0
     for view in fold.sagas():

@@ -91,6 +91,7 @@ from .views import (
     RetryView,
     SagaView,
     StepView,
+    UndoView,
 )
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -107,6 +108,7 @@ __all__ = [
     "SagaFold",
     "SagaView",
     "StepView",
+    "UndoView",
     "fold_file",
 ]
 
@@ -132,6 +134,9 @@ class SagaFold(FoldTransitions):
         on_settled: Called with a saga's full view once it can no longer change (see
             the module docstring), before its detail is dropped. Needs
             ``forget_terminal``.
+        hold: Sagas an undo after commit will change (a reader found their
+            ``undo_requested`` first): with ``on_settled``, held past their
+            ``saga_end`` until that undo is done.
 
     Raises:
         ValueError: ``on_settled`` without ``forget_terminal``.
@@ -157,6 +162,7 @@ class SagaFold(FoldTransitions):
         keep_resolved: bool = False,
         keep_approvals: bool = False,
         on_settled: Callable[[SagaView], None] | None = None,
+        hold: frozenset[str] = frozenset(),
     ) -> None:
         if on_settled is not None and not forget_terminal:
             raise ValueError("SagaFold(on_settled=...) needs forget_terminal=True")
@@ -173,6 +179,8 @@ class SagaFold(FoldTransitions):
         self._escalations: dict[str, EscalationView] = {}
         self._approvals: dict[str, ApprovalView] = {}
         self._retries: dict[str, RetryView] = {}  # escalation id -> the latest retry request
+        self._undos: dict[tuple[str, str], UndoView] = {}  # (saga, undo id) -> not done
+        self._hold = hold
         self._saga_approvals: dict[str, list[str]] = {}  # saga id -> request ids
         self.anomalies: list[Anomaly] = []
         self.anomaly_count = 0
@@ -274,6 +282,8 @@ class SagaFold(FoldTransitions):
         rtype = rec["type"]
         if rtype == r.CLAIM and "retry" in rec:
             return True  # only ever written for an operator's retry, after saga_end
+        if rtype == r.UNDO_REQUESTED or self._undo_of(rec, saga_id) is not None:
+            return True  # undo after commit: only ever after saga_end
         if rtype == r.ESCALATED:
             retry = self._retries.get(rec["escalation"])
             return retry is not None and retry.outcome is None  # the retry failed again
@@ -282,6 +292,8 @@ class SagaFold(FoldTransitions):
     def _late(self, rec: Mapping[str, Any], saga_id: str, off: int) -> None:
         if rec["type"] == r.CLAIM and self._retry_for(rec, saga_id) is not None:
             return  # a retry's claim never shows in a saga's view, forgotten or not
+        if rec["type"] == r.UNDO_REQUESTED or self._undo_of(rec, saga_id) is not None:
+            return  # an undo after commit is expected after the end
         self.late_records += 1
         if len(self.late_examples) < 10:
             self.late_examples.append((off, saga_id, rec["type"]))
@@ -294,9 +306,15 @@ class SagaFold(FoldTransitions):
         Two writers may legitimately write after ``saga_end``: a fenced agent that
         escalates a call which landed after it lost its lease (the human queue must
         keep it), and a daemon carrying out an operator's retry of an escalated step
-        (its claim and undo records). Anything else is an anomaly.
+        (its claim and undo records), and the undoer of a committed saga (§12.5).
+        Anything else is an anomaly.
         """
         rtype = rec["type"]
+        undo = self._undo_record(
+            rec, saga_id, off, ts, None if forgotten else self._ended.get(saga_id)
+        )
+        if undo is not None:
+            return undo
         if rtype == r.ESCALATED:
             eid: str = rec["escalation"]
             retry = self._retries.get(eid)
@@ -453,6 +471,22 @@ class SagaFold(FoldTransitions):
         """
         t = time.time() if now is None else now
         return sorted((x for x in self._retries.values() if x.pending(t)), key=lambda x: x.offset)
+
+    def pending_undos(self, *, now: float | None = None) -> list[UndoView]:
+        """Return the undos after commit a daemon should finish now, oldest first.
+
+        Args:
+            now: Wall-clock seconds to judge claim expiry by (default: now).
+
+        Returns:
+            Undos not done whose undoer's claim expired (it died, or was stopped).
+        """
+        t = time.time() if now is None else now
+        return sorted((u for u in self._undos.values() if u.pending(t)), key=lambda u: u.offset)
+
+    def open_undos(self) -> list[UndoView]:
+        """Return every undo after commit not done yet, oldest first."""
+        return sorted(self._undos.values(), key=lambda u: u.offset)
 
     def approvals(self) -> list[ApprovalView]:
         """Return every approval request still held (decided, expired or open), oldest first."""

@@ -48,6 +48,8 @@ __all__ = [
     "SAGA_STATES",
     "SAGA_STATUSES",
     "STEP_STATES",
+    "UNDOING",
+    "UNDONE",
     "ended_status",
     "escalation_state",
     "live_status",
@@ -62,6 +64,8 @@ ESCALATED: Final = "escalated"
 RESOLVED: Final = "resolved"
 ROLLED_BACK: Final = "rolled_back"
 COMMITTED: Final = "committed"
+UNDOING: Final = "undoing"
+UNDONE: Final = "undone"
 
 SAGA_STATES: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -77,6 +81,10 @@ SAGA_STATES: Final[Mapping[str, str]] = MappingProxyType(
         ROLLED_BACK: "ended, and every effect was undone or proven absent (by its owner, "
         "by saga-recoveryd, or by a retry); no escalation open",
         COMMITTED: "ended committed; no escalation open",
+        UNDOING: "ended committed, and an undo of its steps was asked (`agent-saga undo`) "
+        "and is not done yet: its undoer, or saga-recoveryd after it, is compensating them",
+        UNDONE: "ended committed, then undone: an undo compensated the steps it was asked "
+        "to; no escalation open",
     }
 )
 """Every status a saga can have, with its meaning, in the order the UI lists them."""
@@ -111,9 +119,11 @@ HISTORY_EVENTS: Final[Mapping[str, str]] = MappingProxyType(
         "escalated": "an escalation was opened (or opened again by a failed retry)",
         "ended": "saga_end, with its outcome",
         "retry_requested": "an operator asked recovery to retry an escalated step",
-        "compensated": "a step was undone after the saga ended (a retry)",
+        "compensated": "a step was undone after the saga ended (a retry, or an undo)",
         "compensation_failed": "a retry's compensation failed for good",
         "resolved": "an escalation was closed: by a person, or by the daemon after a retry",
+        "undo_requested": "a person asked to undo the committed saga (who, why, which steps)",
+        "undone": "an undo after commit ended (undone, or escalated)",
     }
 )
 """What a saga's ``history`` lists, one entry per fact (``SagaView.history``)."""
@@ -179,7 +189,7 @@ def live_status(*, claimed: bool, undoing: bool) -> str:
     return ROLLING_BACK if undoing else RUNNING
 
 
-def ended_status(outcome: str, escalations: Iterable[str]) -> str:
+def ended_status(outcome: str, escalations: Iterable[str], undo: str | None = None) -> str:
     """The status of a saga with ``saga_end``, from its outcome and its escalations.
 
     In order: ``recovering`` while a daemon carries out a retry; ``escalated`` while
@@ -188,11 +198,15 @@ def ended_status(outcome: str, escalations: Iterable[str]) -> str:
     that a saga that ended ``escalated`` and whose escalations were all closed by
     retries that undid their steps is ``rolled_back``. A saga that ended
     ``escalated`` without any escalation the reader knows of stays ``escalated``
-    (fail closed).
+    (fail closed). An undo after commit: ``undoing`` while it is open (before
+    ``escalated``: its own escalations are part of it), ``undone`` once done with no
+    escalation open.
 
     Args:
         outcome: ``saga_end.outcome``.
         escalations: :func:`escalation_state` of each of its escalations.
+        undo: ``"open"`` while an undo after commit is not done, ``"undone"`` once
+            one ended undone, else None.
 
     Returns:
         One of :data:`SAGA_STATUSES`.
@@ -200,10 +214,14 @@ def ended_status(outcome: str, escalations: Iterable[str]) -> str:
     seen = set(escalations)
     if RETRYING in seen:
         return RECOVERING
+    if undo == "open":
+        return UNDOING
     if OPEN in seen:
         return ESCALATED
     if CLOSED_BY_PERSON in seen:
         return RESOLVED
+    if undo == "undone":
+        return UNDONE
     if outcome in (COMMITTED, ROLLED_BACK):
         return outcome
     return ROLLED_BACK if CLOSED_BY_COMPENSATION in seen else ESCALATED

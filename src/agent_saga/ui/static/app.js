@@ -6,13 +6,14 @@
 const LABEL = {
   running: "running", rolling_back: "rolling back", recovering: "recovering", orphaned: "orphaned",
   escalated: "escalated", resolved: "resolved by a person", rolled_back: "rolled back",
-  committed: "committed",
+  committed: "committed", undoing: "undoing", undone: "undone",
 };
 // A saga's history (docs/concepts.md): who did what, and when.
 const HISTORY = {
   started: "started", claimed: "taken over", escalated: "escalated", ended: "ended",
   retry_requested: "retry requested", compensated: "compensated",
   compensation_failed: "compensation failed", resolved: "resolved",
+  undo_requested: "undo requested", undone: "undone",
 };
 const POLL_MS = 1000;
 const S = {

@@ -10,6 +10,11 @@
                shipped verifier takes to check one record against a signed checkpoint
                (the Ed25519 signature and the path), p50 over many runs. The tree's
                leaves are synthetic (a proof depends only on the tree's size).
+- ``daemon``   the durable step (sync, p50/p99) on a log that ``saga-recoveryd`` is
+               following — without a key, then checkpointing it (``AGENT_SAGA_AUDIT_KEY``,
+               ``--interval 0.2 --checkpoint-every 100 --checkpoint-seconds 1``, far
+               more often than the defaults) — against no daemon at all; the three
+               alternate in rounds on one log.
 
 Run alone: ``.venv/bin/python bench/_audit.py [--quick]``.
 """
@@ -21,6 +26,8 @@ import base64
 import hashlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -29,6 +36,7 @@ from typing import Any
 
 from _stats import gc_paused, summarise
 
+from agent_saga import ActionSemantics, Compensation, saga, tool
 from agent_saga.wal import merkle as m
 from agent_saga.wal.checkpoints import checkpoint_of_record, checkpoint_record, signing_key
 from agent_saga.wal.store import open_store
@@ -147,11 +155,64 @@ def proof(size: int, runs: int = 2_000) -> dict[str, Any]:
     }
 
 
+@tool(
+    semantics=ActionSemantics.COMPENSABLE,
+    compensate=lambda r: Compensation(handler="bench.audit_refund", kwargs={"charge_id": r}),
+    name="bench.audit_charge",
+)
+def _charge(amount: int) -> str:
+    return f"ch_{amount}"
+
+
+def _steps(path: str, n: int, out: list[int]) -> None:
+    pc = time.perf_counter_ns
+    with saga(wal_path=path, name="bench-audit-daemon"):
+        for i in range(n):
+            t0 = pc()
+            _charge(i)
+            out.append(pc() - t0)
+
+
+def daemon(directory: str, rounds: int, steps: int) -> dict[str, Any]:
+    """The durable step with no daemon, a daemon, and a daemon writing checkpoints."""
+    path = os.path.join(directory, "daemon.wal")
+    exe = os.path.join(os.path.dirname(sys.executable), "saga-recoveryd")
+    _steps(path, 200, [])  # warm up
+    lat: dict[str, list[int]] = {"none": [], "daemon": [], "checkpointing": []}
+    checkpoints = 0
+    for _ in range(rounds):
+        for mode, out in lat.items():
+            if mode == "none":
+                _steps(path, steps, out)
+                continue
+            env = {k: v for k, v in os.environ.items() if k != "AGENT_SAGA_AUDIT_KEY"}
+            if mode == "checkpointing":
+                env["AGENT_SAGA_AUDIT_KEY"] = _KEY
+            args = ["--interval", "0.2", "--checkpoint-every", "100", "--checkpoint-seconds", "1"]
+            proc = subprocess.Popen(
+                [exe, "--wal-path", path, *args], env=env, stdout=subprocess.PIPE, text=True
+            )
+            time.sleep(1.5)  # its first pass (a whole read) is over
+            _steps(path, steps, out)
+            proc.send_signal(signal.SIGTERM)
+            events, _ = proc.communicate(timeout=60)
+            checkpoints += events.count('"event": "checkpoint"')
+    result: dict[str, Any] = {k: summarise(v, "ms") for k, v in lat.items()}
+    base = result["none"]["p50_ms"]
+    result["ratio_daemon"] = round(result["daemon"]["p50_ms"] / base, 3)
+    result["ratio_checkpointing"] = round(result["checkpointing"]["p50_ms"] / base, 3)
+    result["checkpoints"] = checkpoints
+    result["steps"] = rounds * steps
+    return result
+
+
 def run(directory: str, quick: bool) -> dict[str, Any]:
-    """Both cases (``quick``: a shorter append run and a 64 k-leaf tree)."""
+    """Every case (``quick``: a shorter append run, a 64 k-leaf tree, fewer rounds)."""
+    first = daemon(directory, 2 if quick else 6, 200 if quick else 500)  # a quiet process
     return {
         "chained": chained(directory, 0.5 if quick else 3.0),
         "proof": proof(1 << 16 if quick else 1_000_000, 300 if quick else 2_000),
+        "daemon": first,
     }
 
 
@@ -193,8 +254,27 @@ def table(audit: dict[str, Any]) -> str:
             f"{p['checkpoint_bytes']} B)",
             f"  verify one record (signature + path)  p50 {v['p50_ms']:.3f} ms  "
             f"p99 {v['p99_ms']:.3f} ms",
+            *_daemon_lines(audit.get("daemon")),
         ]
     )
+
+
+def _daemon_lines(d: dict[str, Any] | None) -> list[str]:
+    if d is None:
+        return []
+    return [
+        f"  durable step, saga-recoveryd following the log ({d['steps']:,} steps each):",
+        *(
+            f"    {name:<36} p50 {d[key]['p50_ms']:.3f} ms  p99 {d[key]['p99_ms']:.3f} ms"
+            for name, key in (
+                ("no daemon", "none"),
+                ("daemon, no key", "daemon"),
+                (f"daemon checkpointing ({d['checkpoints']} written)", "checkpointing"),
+            )
+        ),
+        f"    checkpointing / no daemon  {d['ratio_checkpointing']:.3f} x p50  "
+        f"(daemon without key: {d['ratio_daemon']:.3f} x)",
+    ]
 
 
 if __name__ == "__main__":

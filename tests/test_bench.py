@@ -154,6 +154,10 @@ def test_audit_measures_chained_appends_and_a_proof(result: dict[str, Any]) -> N
     assert proof["path_hashes"] == (proof["tree_size"] - 1).bit_length()
     assert proof["path_bytes"] == 32 * proof["path_hashes"]
     _percentiles(proof["verify"], "ms")
+    daemon = result["audit"]["daemon"]
+    for case in ("none", "daemon", "checkpointing"):
+        _percentiles(daemon[case], "ms")
+    assert daemon["checkpoints"] >= 1
 
 
 def test_limits_measure_a_metered_step_and_a_shared_budget(result: dict[str, Any]) -> None:

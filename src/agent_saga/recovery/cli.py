@@ -3,6 +3,7 @@
     saga-recoveryd --wal-path PATH [--import MODULE ...] [--once [--wait[=MAX]]]
                    [--interval S] [--claim-seconds S] [--retry-attempts N]
                    [--retry-delay S] [--lock URL]
+                   [--checkpoint-every N] [--checkpoint-seconds S]
     saga-recoveryd --version
 
 A saga is left alone while its owner's lease is live: 30 s by default
@@ -30,6 +31,11 @@ Exit codes:
 * 70 — an exception nobody expected: one line, "this is a bug, please report it".
 * 130 / 143 — ``--once`` was interrupted by SIGINT / SIGTERM before its pass
   completed (during ``--wait`` or in the middle of the pass): run it again.
+
+With ``AGENT_SAGA_AUDIT_KEY`` set to a signing key, the daemon appends a signed
+checkpoint of the log's Merkle tree every ``--checkpoint-every`` records or
+``--checkpoint-seconds`` seconds (at the end of a pass); with any key, it escalates
+instead of compensating a saga whose records fail a checkpoint (docs/audit.md).
 
 SIGTERM and SIGINT stop the daemon after the step in progress; no traceback is
 ever printed.
@@ -64,6 +70,7 @@ from .._cli_support import (
 from .._types import RetryPolicy
 from ..errors import SagaError
 from ..wal.store import open_store
+from ._verify import DEFAULT_EVERY, DEFAULT_SECONDS
 from .daemon import RecoveryDaemon
 from .locks import lock_from_url
 
@@ -156,6 +163,22 @@ def _parser() -> argparse.ArgumentParser:
         "a file lock beside the WAL)",
     )
     p.add_argument(
+        "--checkpoint-every",
+        type=_non_negative_int,
+        default=DEFAULT_EVERY,
+        metavar="N",
+        help="with AGENT_SAGA_AUDIT_KEY: append a signed checkpoint once N records follow "
+        f"the last one (default {DEFAULT_EVERY}; 0: by time only)",
+    )
+    p.add_argument(
+        "--checkpoint-seconds",
+        type=non_negative_seconds,
+        default=DEFAULT_SECONDS,
+        metavar="S",
+        help="... or once the last one is S seconds old (default "
+        f"{DEFAULT_SECONDS:g}; 0: by count only; both 0: no automatic checkpoints)",
+    )
+    p.add_argument(
         "--otel",
         action="store_true",
         help="trace and measure recoveries with OpenTelemetry, exported over OTLP/HTTP "
@@ -163,6 +186,16 @@ def _parser() -> argparse.ArgumentParser:
         "needs the otel extra, opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http",
     )
     return p
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    return value
 
 
 # ---- --import ----------------------------------------------------------------------
@@ -360,6 +393,8 @@ def _run_daemon(args: argparse.Namespace) -> int:
             attempts=args.retry_attempts, initial_delay=args.retry_delay
         ),
         emit=events,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=args.checkpoint_seconds,
     )
     try:
         signals = _Signals(daemon)

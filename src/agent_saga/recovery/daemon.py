@@ -19,6 +19,11 @@ One pass (``RecoveryDaemon.run_once``):
    key; steps of unknown outcome (dangling intents) only through the resolver the
    tool declared; everything else is escalated. Then write ``saga_end``.
 
+A pass also finishes the undos of committed sagas (``agent-saga undo``) whose undoer
+died: an ``undo_requested`` without ``undone`` whose claim expired is claimed and
+carried out by the undoer's own code (:mod:`agent_saga._undo_saga`), with the same
+undo tokens.
+
 Exactly-once rests on three layers: the claim (atomic under the append lock), the
 token (a handler called twice with it acts once), and the records (a step with a
 ``compensated`` record is never run again). The file lock is an optimisation.
@@ -39,14 +44,16 @@ from typing import Any
 
 from .. import _observe
 from .._runtime import drive_sync
-from .._types import Compensation, RetryPolicy
-from .._undo import StepFacts, Target, escalate, undo_durable_step
+from .._types import RetryPolicy
+from .._undo import Target, escalate, undo_durable_step
+from .._undo_saga import step_facts, take_over_undo
 from ..wal import records as R
 from ..wal.reader import Damage, Record
-from ..wal.state import RetryView, SagaFold, SagaView, StepView
+from ..wal.state import RetryView, SagaFold, SagaView, StepView, UndoView
 from ..wal.store import LogStore, LogWriter, open_store
 from ._gauges import pass_gauges
 from ._retries import saga_detail, unwind_order
+from ._verify import DEFAULT_EVERY, DEFAULT_SECONDS, LogAudit, audit_keys, verified_detail
 from .liveness import Liveness, liveness
 from .locks import Lock, lock_holds
 
@@ -66,6 +73,7 @@ class PassReport:
 
     claimed: int = 0
     retried: int = 0  # escalated steps retried at an operator's request
+    undos: int = 0  # undos of committed sagas finished for an undoer that died
     compensated: int = 0
     no_effect: int = 0
     escalated: int = 0
@@ -93,6 +101,12 @@ class RecoveryDaemon:
             every compensation, as the claim is.
         encryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
         emit: Receives one dict per decision (default: JSON lines on stdout).
+        checkpoint_every: With a signing ``audit_key``, append a signed checkpoint
+            once this many records follow the last one (0: by time only) ...
+        checkpoint_seconds: ... or once it is this old (0: by count only; both 0:
+            never). Checked once per pass (``recovery/_verify.py``).
+        audit_key: Checks (and signs) checkpoints (default: ``AGENT_SAGA_AUDIT_KEY``).
+            A saga with records that fail a checkpoint is escalated, not compensated.
     """
 
     def __init__(
@@ -104,6 +118,9 @@ class RecoveryDaemon:
         lock: Lock | None = None,
         encryptor: Any = None,
         emit: Emit | None = None,
+        checkpoint_every: int = DEFAULT_EVERY,
+        checkpoint_seconds: float = DEFAULT_SECONDS,
+        audit_key: str | None = None,
     ) -> None:
         self._own_store = isinstance(wal_path, str | os.PathLike)
         self._store = open_store(wal_path)
@@ -123,6 +140,15 @@ class RecoveryDaemon:
         self._writer: LogWriter | None = None
         self._stop = threading.Event()
         self._report = PassReport()
+        verify_key, signer = audit_keys(audit_key)
+        self._audit = LogAudit(
+            key=verify_key,
+            signer=signer,
+            every=checkpoint_every,
+            seconds=checkpoint_seconds,
+            cursor_name="offset" if self._store.kind == "file" else "seq",
+            emit=self._emit,
+        )
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -159,6 +185,7 @@ class RecoveryDaemon:
     def _feed(self, items: Iterable[Record | Damage]) -> None:
         for item in items:
             if isinstance(item, Record):
+                self._audit.add(item)
                 self._fold.apply(item.data, item.offset)
                 self._offset = item.end
                 self._report.records_read += 1
@@ -190,6 +217,7 @@ class RecoveryDaemon:
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
+            self._audit.reset()
         self._identity = identity
         self._feed(self._store.scan(self._offset, decryptor=self._encryptor))
 
@@ -215,9 +243,30 @@ class RecoveryDaemon:
             if self._stop.is_set():
                 break
             self._carry_out(retry)
+        for undo in self._fold.pending_undos(now=self._store.now()):
+            if self._stop.is_set():
+                break
+            self._finish_undo(undo)
+        self._seal_if_due()
+        self._audit.forget(lambda saga: self._fold.get(saga) is not None)
         self._emit("pass_complete", **self._report.as_dict())
         _observe.recovery_pass(lambda: pass_gauges(self._fold, self._store, self.claim_seconds))
         return self._report
+
+    def _seal_if_due(self) -> None:
+        """Append a signed checkpoint of the leaves read, when one is due."""
+        if self._stop.is_set() or not self._audit.due(self._store.now()):
+            return
+        with self.log().exclusive() as x:
+            repair = getattr(x, "repair_tail", None)
+            if repair is not None:
+                repair()  # a torn tail's repair record is a leaf: count it first
+            self._feed(x.read_from(self._offset))
+            if not self._audit.due(x.now()):
+                return  # another process wrote one meanwhile
+            record = self._audit.checkpoint(by=self.id, now=x.now())
+            x.append_locked([record])
+        self._emit("checkpoint", size=record["size"], root=record["root"])
 
     def run_forever(self, interval: float) -> None:
         """Run passes every ``interval`` seconds until :meth:`stop` is called."""
@@ -375,12 +424,18 @@ class RecoveryDaemon:
         assert view is not None
         escalated = bool(view.escalations)
         damaged_at = self._damaged(view)
-        if view.owner and self._store.leases().is_released(view.owner):
+        pending: list[StepView] = []
+        if (finding := self._audit.finding(saga_id)) is not None:
+            drive_sync(escalate(saga_id, None, finding, self.id), self)  # docs/audit.md
+            self._report.escalated += 1
+            self._emit("tampered", saga=saga_id, finding=finding)
+            escalated = True
+        elif view.owner and self._store.leases().is_released(view.owner):
             # An owner that closed its writer cleanly cannot have left a saga open:
             # its last record was lost (a lost write, a restore from a lagging copy).
             # The saga may well have committed; undoing it would be a guess.
             self._inconsistent(saga_id, view.owner)
-            escalated, pending = True, []
+            escalated = True
         else:
             pending = self._fold.unwind_order(saga_id)
         for step in pending:
@@ -428,7 +483,10 @@ class RecoveryDaemon:
                 return
             self._report.retried += 1
             self._emit("retrying", saga=saga_id, step=retry.step, escalation=retry.escalation)
-            view = saga_detail(self._store, saga_id, self._encryptor)
+            view, finding = verified_detail(self._store, saga_id, self._encryptor, self._audit)
+            if finding is not None:
+                self._refuse_retry(retry, finding)
+                return
             step = None if view is None or retry.step is None else view.steps.get(retry.step)
             if view is None or step is None:
                 self._refuse_retry(retry, "the log holds no record of this step any more")
@@ -458,6 +516,48 @@ class RecoveryDaemon:
                 )
         finally:
             self._lock.release(saga_id, token)
+
+    # -- an undo of a committed saga whose undoer died ---------------------------------
+
+    def _finish_undo(self, undo: UndoView) -> None:
+        """Take over an ``agent-saga undo`` whose process died, and finish it.
+
+        The claim is taken under the append lock (one process acts at a time), and
+        the steps are undone by the undoer's own code with the same undo tokens.
+        """
+        saga_id = undo.saga_id
+        lock_token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
+        if lock_token is None:
+            self._report.skipped_claimed += 1
+            return
+        try:
+            undoer = take_over_undo(
+                self.log(),
+                self._store,
+                saga_id,
+                undo.undo,
+                self.id,
+                claim_seconds=self.claim_seconds,
+                decryptor=self._encryptor,
+            )
+            if undoer is None:
+                return  # done meanwhile, or another process took it
+            self._emit("undoing", saga=saga_id, undo=undo.undo, requested_by=undo.requested_by)
+            outcome, results = undoer.run(self.retry)
+            for result in results.values():
+                if result == "compensated":
+                    self._report.compensated += 1
+                elif result == "no_effect":
+                    self._report.no_effect += 1
+                elif result == "escalated":
+                    self._report.escalated += 1
+            if outcome is None:
+                self._emit("lost-claim", saga=saga_id, undo=undo.undo)
+                return
+            self._report.undos += 1
+            self._emit("undone", saga=saga_id, undo=undo.undo, outcome=outcome, steps=results)
+        finally:
+            self._lock.release(saga_id, lock_token)
 
     def _refuse_retry(self, retry: RetryView, why: str) -> None:
         reason = f"retry requested by {retry.requested_by}, not done: {why}"
@@ -526,7 +626,7 @@ class RecoveryDaemon:
             outcome, error = "escalated", None
         else:
             # The same decision the agent would have made in-process, from the log.
-            result = drive_sync(undo_durable_step(_facts(t, step), self.retry), self)
+            result = drive_sync(undo_durable_step(step_facts(t, step), self.retry), self)
             outcome, error = result.outcome, result.error
         if outcome == "compensated":
             self._report.compensated += 1
@@ -548,20 +648,3 @@ class RecoveryDaemon:
 def _new_fold() -> SagaFold:
     """The daemon's fold: bounded (no trace of a saga once it ended)."""
     return SagaFold(forget_terminal=True, remember_ended=False)
-
-
-def _facts(t: Target, step: StepView) -> StepFacts:
-    """What the log says about a step, in the terms the shared undo decides on."""
-    committed = "committed" in step.attempt_states.values()
-    compensation = None
-    if step.handler is not None:
-        compensation = Compensation(handler=step.handler, kwargs=step.compensation_kwargs or {})
-    return StepFacts(
-        t,
-        step.semantics or "compensable",
-        committed=committed,
-        compensation=compensation,
-        problem=step.invalid or (None if compensation else "no handler name was recorded"),
-        unknown_attempts=step.unknown_attempts if committed else (),
-        idempotent=step.idempotent,
-    )

@@ -28,7 +28,7 @@ from .merkle import EMPTY_ROOT, consistency_ranges, frontier_ranges
 from .reader import Decryptor, Record
 from .records import CHECKPOINT
 from .tree import LogTree, subtree_hashes
-from .verifier import Checkpoint, ProofError, VerifyKey, verify_consistency
+from .verifier import Checkpoint, ProofError, VerifyKey, fold_frontier, verify_consistency
 
 if TYPE_CHECKING:
     from .store import LogStore
@@ -163,7 +163,8 @@ class _Audit:
         ours = dict(zip(frontier_ranges(self.tree.size), self.tree.frontier.nodes, strict=True))
         r = self.report
         known, at = (r.sealed, r.sealed_at) if 0 < r.sealed < cp.size else (0, None)
-        if not cp.frontier:
+        f = cp.frontier  # not signed: used only when whole and folding to the signed root
+        if not f or len(f) != cp.size.bit_count() or fold_frontier(f) != cp.root:
             return self.where(known, cp.size, at)
         for (a, b), h in zip(frontier_ranges(cp.size), cp.frontier, strict=True):
             if ours.get((a, b)) != h:

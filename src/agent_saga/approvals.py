@@ -133,6 +133,13 @@ class ApprovalQueue:
             "semantics": request.semantics.value,
             "kwargs": dict(request.kwargs),
             "request": rid,
+            "digest": R.call_digest(
+                request.saga_id,
+                request.step,
+                request.tool,
+                request.semantics.value,
+                dict(request.kwargs),
+            ),
             "expires": now + self.timeout,
             "by": writer.owner,
             "ts": now,
@@ -381,6 +388,8 @@ def decide_approval(
         view = _check_open(fold, request_id, path)
         record = _decision(request_id, view.saga_id, approve, who["name"], note)
         record["identity"] = who
+        if view.digest is not None:
+            record["digest"] = view.digest  # the call the human was shown
         offset = fold.position
         x.append_locked([record])
     fold.apply(record, offset)

@@ -83,3 +83,65 @@ def test_an_unknown_os_user_without_as_is_refused_never_guessed(
     with pytest.raises(SagaUsageError, match="say it with --as NAME"):
         human_identity(None)
     assert human_identity("bob") == {"how": "as", "name": "bob"}
+
+
+def test_a_request_is_bound_to_its_call_digest_and_a_decision_for_another_is_ignored(
+    tmp_path: Path,
+) -> None:
+    from agent_saga.approvals import fold_approvals
+
+    wal = str(tmp_path / "d.wal")
+    rid = _request(wal, 3)
+    digest = R.call_digest("s1", 3, "send", "irreversible", {})
+    assert R.call_digest("s1", 3, "send", "irreversible", {"a": 1, "b": 2}) == R.call_digest(
+        "s1", 3, "send", "irreversible", {"b": 2, "a": 1}
+    ), "reordered keys: the same call"
+    assert digest != R.call_digest("s1", 3, "send", "irreversible", {"a": 1})
+    writer = open_store(wal).writer()
+    # the request above predates digests; write one that has it, then a forged decision
+    rid2 = R.approval_id("s1", 4)
+    now = time.time()
+    writer.append(
+        {
+            "type": "approval_requested",
+            "saga": "s1",
+            "step": 4,
+            "tool": "send",
+            "semantics": "irreversible",
+            "kwargs": {"to": "a@example.org"},
+            "request": rid2,
+            "digest": R.call_digest("s1", 4, "send", "irreversible", {"to": "a@example.org"}),
+            "expires": now + 600,
+            "by": writer.owner,
+            "ts": now,
+        }
+    )
+    writer.append(
+        {
+            "type": "approval_decided",
+            "request": rid2,
+            "saga": "s1",
+            "decision": "approved",
+            "by": "mallory",
+            "note": "for another call",
+            "digest": R.call_digest("s1", 4, "send", "irreversible", {"to": "evil@example.org"}),
+            "ts": now,
+        }
+    )
+    writer.close()
+    view = {a.request: a for a in fold_approvals(wal, include_closed=True).approvals()}[rid2]
+    assert not view.decided, "a decision for another call does not count"
+    assert view.ignored
+    assert view.ignored[0][1] == "mallory"
+    decide_approval(wal, rid2, approve=True, note="checked", by="alice")
+    assert _decided_last(wal, rid2)["digest"] == view.digest
+    assert rid  # the older request stays decidable as before
+
+
+def _decided_last(wal: str, rid: str) -> dict[str, object]:
+    recs = [
+        r.data  # type: ignore[union-attr]
+        for r in open_store(wal).scan()
+        if r.data.get("type") == "approval_decided" and r.data.get("request") == rid  # type: ignore[union-attr]
+    ]
+    return recs[-1]

@@ -19,6 +19,8 @@ from .status import (
     OPEN,
     RESOLVED,
     ROLLED_BACK,
+    UNDOING,
+    UNDONE,
     ended_status,
     escalation_state,
     live_status,
@@ -33,6 +35,7 @@ from .views import (
     RetryView,
     SagaView,
     StepView,
+    UndoView,
 )
 
 __all__ = ["APPLY", "MAX_ANOMALIES", "UNSCOPED", "FoldTransitions", "Summary"]
@@ -76,6 +79,8 @@ class FoldTransitions:
     _escalations: dict[str, EscalationView]
     _approvals: dict[str, ApprovalView]
     _retries: dict[str, RetryView]
+    _undos: dict[tuple[str, str], UndoView]
+    _hold: frozenset[str]
     _saga_approvals: dict[str, list[str]]
     anomalies: list[Anomaly]
     anomaly_count: int
@@ -203,7 +208,7 @@ class FoldTransitions:
             a = self._approvals.get(rid)
             if a is not None:
                 a.saga_ended = True  # nobody waits for an answer any more
-        if self._forget and not (self._on_settled is not None and self._open_for(v)):
+        if self._forget and not (self._on_settled is not None and self._held_for(v)):
             self._settle(v)
         else:
             self._ended[v.saga_id] = v  # held: an open escalation may still change it
@@ -225,7 +230,7 @@ class FoldTransitions:
             if v.terminal:
                 self._restatus(v)
         held = self._ended.get(e.saga_id)
-        if held is not None and self._forget and not self._open_for(held):
+        if held is not None and self._forget and not self._held_for(held):
             del self._ended[e.saga_id]
             self._settle(held)  # nothing open any more: it can no longer change
         elif self._forgotten(e.saga_id):
@@ -254,6 +259,8 @@ class FoldTransitions:
             ts,
             saga_name=rec.get("name"),
             saga_ended=saga_id in self._ended,
+            digest=rec.get("digest"),
+            usage=rec.get("usage"),
         )
         ids = self._saga_approvals.setdefault(saga_id, [])
         if rid not in ids:
@@ -286,8 +293,13 @@ class FoldTransitions:
             return
         if a.decided:
             return  # the first decision wins
+        if a.digest is not None and rec.get("digest") not in (None, a.digest):
+            a.ignored.append((off, rec["by"]))  # decided for another call: not this one's
+            self._anomaly(off, "malformed", f"decision of {a.request} for another call digest")
+            return
         a.decision, a.decided_by, a.note = rec["decision"], rec["by"], rec["note"]
         a.decided_ts, a.decided_offset = ts, off
+        a.identity = rec.get("identity")
 
     # -- status -------------------------------------------------------------------
 
@@ -300,7 +312,9 @@ class FoldTransitions:
         claims = [c for e in escalations if (c := retry_claim(e)) is not None]
         v.retrying = max(claims, key=lambda c: c.expires) if claims else None
         assert v.outcome is not None
-        v.status = ended_status(v.outcome, [escalation_state(e) for e in escalations])
+        v.status = ended_status(
+            v.outcome, [escalation_state(e) for e in escalations], undo_state(v.undos)
+        )
 
     def _await(self, v: SagaView) -> None:
         """Its detail goes while an escalation is open: keep what its status needs."""
@@ -360,6 +374,89 @@ class FoldTransitions:
                 return True
         return False
 
+    def _held_for(self, v: SagaView) -> bool:
+        """Whether ``v`` may still change: an escalation or an undo is open, or one is due."""
+        if self._open_for(v) or any(u.outcome is None for u in v.undos):
+            return True
+        return v.saga_id in self._hold and not v.undos
+
+    # -- undo after commit (docs/log-format.md §12.5) -------------------------------
+
+    def _undo_of(self, rec: Mapping[str, Any], saga_id: str) -> UndoView | None:
+        """The open undo a record belongs to (its request, claim, undone or undo records)."""
+        rtype = rec["type"]
+        if rtype in (r.UNDO_REQUESTED, r.UNDONE) or (rtype == r.CLAIM and "undo" in rec):
+            return self._undos.get((saga_id, rec["undo"]))
+        if rtype in (r.COMPENSATING, r.COMPENSATED, r.COMPENSATION_FAILED):
+            for u in self._undos.values():
+                if u.saga_id == saga_id and rec["token"] == r.undo_token(
+                    saga_id, rec["step"], u.undo
+                ):
+                    return u
+        return None
+
+    def _undo_record(
+        self, rec: Mapping[str, Any], saga_id: str, off: int, ts: Any, held: SagaView | None
+    ) -> bool | None:
+        """Apply a record of an undo after commit; None when it is not one.
+
+        Returns True when nothing more is to apply, False when the record's usual
+        transition (a step's undo record) applies to ``held`` as well.
+        """
+        rtype = rec["type"]
+        if rtype == r.UNDO_REQUESTED:
+            u = self._undos.get((saga_id, rec["undo"]))
+            if u is None and (held is None or all(x.undo != rec["undo"] for x in held.undos)):
+                u = self._undos[saga_id, rec["undo"]] = UndoView(
+                    rec["undo"], saga_id, list(rec["steps"]), rec["from_step"], rec["reason"],
+                    rec["by"], rec.get("identity"), rec["plan"], off, when(ts),
+                )  # fmt: skip
+                if held is not None:
+                    held.undos.append(u)
+                    detail = f"{u.undo}: steps {u.steps}: {u.reason}"
+                    held.history.append(HistoryEvent("undo_requested", rec["by"], when(ts), detail))
+            self._undo_restatus(saga_id, held)
+            return True
+        u = self._undo_of(rec, saga_id)
+        if u is None:
+            return None
+        if rtype == r.CLAIM:
+            u.claim = ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, when(ts))
+            return True
+        if rtype == r.UNDONE:
+            del self._undos[saga_id, u.undo]
+            u.outcome, u.by = rec["outcome"], rec["by"]
+            if held is not None:
+                detail = f"{u.undo}: {u.outcome}"
+                held.history.append(HistoryEvent("undone", rec["by"], when(ts), detail))
+            self._undo_restatus(saga_id, held)
+            if held is not None and self._forget and not self._held_for(held):
+                self._ended.pop(saga_id, None)
+                self._settle(held)
+            return True
+        return held is None
+
+    def _undo_restatus(self, saga_id: str, held: SagaView | None) -> None:
+        if held is not None:
+            self._restatus(held)
+            return
+        summary = self._summaries.get(saga_id)
+        if summary is None:
+            return  # bounded mode keeps no summary: the open undo is held on its own
+        status, ended, outcome = summary
+        if any(u.saga_id == saga_id for u in self._undos.values()):
+            status = UNDOING
+        elif saga_id in self._awaiting:
+            self._restatus_forgotten(saga_id)
+            return
+        elif status == UNDOING:
+            status = UNDONE
+        self._summaries[saga_id] = (status, ended, outcome)
+
+    def _undo_too_early(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """``undo_requested`` / ``undone`` of a saga that has not ended: not an undo."""
+        self._anomaly(off, "malformed", f"{rec['type']} of saga {v.saga_id}, which has not ended")
+
     def _forgotten(self, saga_id: str) -> bool:
         """Whether the saga's detail was dropped (bounded mode: any saga not held)."""
         if saga_id in self._summaries:
@@ -393,6 +490,13 @@ class FoldTransitions:
             self.anomalies.append(Anomaly(offset, kind, detail))
 
 
+def undo_state(undos: list[UndoView]) -> str | None:
+    """``"open"`` while an undo is not done, ``"undone"`` once one ended undone, else None."""
+    if any(u.outcome is None for u in undos):
+        return "open"
+    return "undone" if any(u.outcome == "undone" for u in undos) else None
+
+
 def _trace(rec: Mapping[str, Any]) -> str | None:
     """A record's ``trace`` (docs/log-format.md §12.1), or None when absent or not text."""
     trace = rec.get("trace")
@@ -411,6 +515,8 @@ APPLY: Final = {
     r.ESCALATED: FoldTransitions._escalated,
     r.CLAIM: FoldTransitions._claim,
     r.SAGA_END: FoldTransitions._end,
+    r.UNDO_REQUESTED: FoldTransitions._undo_too_early,
+    r.UNDONE: FoldTransitions._undo_too_early,
 }
 # Records that do not belong to one saga's view (they never create a SagaView).
 UNSCOPED: Final = {

@@ -126,10 +126,26 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
     r.RESUME: {"halt": _str, "reason": _str, "by": _any},
     r.LIMIT_DECLARED: {"limit": _str, "kind": _str, "max": _is_num, "digest": _str},
     r.LIMIT_CARRY: {"limit": _str, "used": lambda v: isinstance(v, list)},
+    r.UNDO_REQUESTED: {
+        "saga": _str,
+        "undo": _str,
+        "steps": lambda v: isinstance(v, list) and all(_is_int(s) for s in v),
+        "from_step": _opt_int,
+        "reason": _str,
+        "by": _any,
+        "plan": _str,
+    },
+    r.UNDONE: {
+        "saga": _str,
+        "undo": _str,
+        "outcome": lambda v: v in ("undone", "escalated"),
+        "by": _any,
+    },
 }
 _OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
     r.INTENT: {"resolver": _opt_str},
     r.APPROVAL_REQUESTED: {"name": _opt_str},
+    r.CLAIM: {"undo": _str},
 }
 
 

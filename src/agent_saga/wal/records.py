@@ -38,6 +38,10 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
                         period, used — what compaction carries of an open window
 ``checkpoint``          size, root, frontier, ts, sig, by — signs the Merkle tree of the
                         ``size`` leaves before it (``docs/log-format.md`` §12.7)
+``undo_requested``      saga, undo, steps, from_step, reason, by, identity, plan — undo of
+                        a committed saga asked (§12.5); its claim carries ``undo`` and its
+                        compensation records undo tokens (:func:`undo_token`)
+``undone``              saga, undo, outcome ("undone"|"escalated"), by — that undo ended
 
 ``saga_end`` is the only terminal record: a saga with one never needs work again.
 Step numbers are unique within a saga and given in the order steps *start*; the
@@ -50,6 +54,7 @@ first) and never open a saga on their own.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Final
 
 __all__ = [
@@ -79,9 +84,14 @@ __all__ = [
     "SAGA_END",
     "TAIL_REPAIRED",
     "TERMINAL_OUTCOMES",
+    "UNDONE",
+    "UNDO_REQUESTED",
     "approval_id",
+    "call_digest",
     "idempotency_key",
     "recovery_token",
+    "undo_id",
+    "undo_token",
 ]
 
 SAGA_BEGIN: Final = "saga_begin"
@@ -106,6 +116,8 @@ HALT: Final = "halt"
 RESUME: Final = "resume"
 LIMIT_DECLARED: Final = "limit_declared"
 LIMIT_CARRY: Final = "limit_carry"
+UNDO_REQUESTED: Final = "undo_requested"
+UNDONE: Final = "undone"
 
 RECORD_TYPES: Final = frozenset(
     {
@@ -131,6 +143,8 @@ RECORD_TYPES: Final = frozenset(
         RESUME,
         LIMIT_DECLARED,
         LIMIT_CARRY,
+        UNDO_REQUESTED,
+        UNDONE,
     }
 )
 
@@ -165,6 +179,23 @@ def recovery_token(saga_id: str, step: int) -> str:
     compensation twice has the effect of running it once.
     """
     return _derive(saga_id, step, "compensation")
+
+
+def call_digest(saga_id: str, step: int, tool: str, semantics: str, kwargs: object) -> str:
+    """``"sha256:"`` of the canonical call an approval is for (``docs/log-format.md`` §12.3).
+
+    Canonical JSON (sorted keys, compact separators, ASCII) of the tool, its
+    semantics, the saga, the step and the arguments that will run (secret arguments
+    as their digests): changed arguments give another digest, reordered keys the same.
+    """
+    canonical = json.dumps(
+        {"tool": tool, "semantics": semantics, "saga": saga_id, "step": step, "kwargs": kwargs},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+        default=repr,
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def approval_id(saga_id: str, step: int, purpose: str = "approval") -> str:

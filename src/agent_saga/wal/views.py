@@ -18,6 +18,7 @@ __all__ = [
     "RetryView",
     "SagaView",
     "StepView",
+    "UndoView",
 ]
 
 
@@ -115,6 +116,39 @@ class RetryView:
 
 
 @dataclass(slots=True)
+class UndoView:
+    """An undo of a committed saga (``undo_requested``, ``docs/log-format.md`` §12.5).
+
+    Attributes:
+        undo: The undo's id (``und-…``).
+        saga_id / steps / from_step: What is undone (``steps`` newest first).
+        reason / requested_by / identity / plan: Who asked, why, and the plan's digest.
+        offset / ts: Where and when it was asked.
+        claim: The latest claim of the process carrying it out.
+        outcome: None while open; ``"undone"`` or ``"escalated"`` (its ``undone`` record).
+        by: Who wrote ``undone``.
+    """
+
+    undo: str
+    saga_id: str
+    steps: list[int]
+    from_step: int | None
+    reason: str
+    requested_by: Any
+    identity: Any
+    plan: str
+    offset: int
+    ts: float | None = None
+    claim: ClaimView | None = None
+    outcome: str | None = None
+    by: Any = None
+
+    def pending(self, now: float) -> bool:
+        """Whether a daemon should take it: not done, and no unexpired claim on it."""
+        return self.outcome is None and (self.claim is None or self.claim.expires <= now)
+
+
+@dataclass(slots=True)
 class ApprovalView:
     """A request of the durable approval queue (``approval_requested`` plus its decision).
 
@@ -129,6 +163,11 @@ class ApprovalView:
             first ``approval_decided`` for a request counts.
         decided_by / note / decided_ts / decided_offset: From that decision.
         saga_ended: The saga has a ``saga_end``: nobody waits for an answer any more.
+        digest: ``sha256:`` of the canonical call the request is for (tool,
+            semantics, saga, step, kwargs); None for requests written before it.
+        usage: Over a limit with ``over_limit="approve"``: the limit's numbers.
+        identity: How the decider is known (``{"how", "name"}``), when recorded.
+        ignored: Decisions not counted: made for another digest (``[(offset, by)]``).
     """
 
     request: str
@@ -148,6 +187,10 @@ class ApprovalView:
     decided_ts: float | None = None
     decided_offset: int | None = None
     saga_ended: bool = False
+    digest: str | None = None
+    usage: dict[str, Any] | None = None
+    identity: dict[str, Any] | None = None
+    ignored: list[tuple[int, Any]] = field(default_factory=list)
 
     @property
     def decided(self) -> bool:
@@ -252,6 +295,7 @@ class SagaView:
         undoing: An undo record was written before its ``saga_end``.
         retrying: The claim of a daemon carrying out an operator's retry of one of
             its escalations, while that retry is not done.
+        undos: Its undos after commit (:class:`UndoView`), in log order.
         history: Who did what and when: start, claims, escalations, the end,
             retries, resolutions (:class:`HistoryEvent`), in log order.
         trace: ``saga_begin``'s W3C traceparent, when the saga was traced
@@ -272,6 +316,7 @@ class SagaView:
     escalations: list[str] = field(default_factory=list)
     undoing: bool = False
     retrying: ClaimView | None = None
+    undos: list[UndoView] = field(default_factory=list)
     history: list[HistoryEvent] = field(default_factory=list)
     trace: str | None = None
     first_offset: int = 0

@@ -182,7 +182,12 @@ def request_retry(
     # Pass 2: that saga's records and the escalation's, as the full fold would see them.
     saga_id, of_escalation = first.saga_id, _of_escalation(escalation)
 
+    undone = False
+
     def only(data: Mapping[str, Any]) -> bool:
+        nonlocal undone
+        if data.get("saga") == saga_id and data.get("type") == R.UNDO_REQUESTED:
+            undone = True
         return data.get("saga") == saga_id or of_escalation(data)
 
     fold = SagaFold()
@@ -207,6 +212,13 @@ def request_retry(
             problem = (
                 "its step was already compensated (the escalation is about something else, "
                 "such as an earlier attempt that may have landed): check it and resolve it"
+            )
+        elif undone:
+            problem = (
+                "its saga was undone after it committed (agent-saga undo), and this "
+                "escalation may come from that undo, whose compensations use undo tokens: a "
+                "retry with the recovery token could compensate twice. Run the undo again "
+                "(agent-saga undo) or resolve it by hand"
             )
         elif found.retry is not None and found.retry.outcome is None:
             problem = "a retry is already pending; run saga-recoveryd to carry it out"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent_saga import ActionSemantics, Compensation, GateRefused, register_handler, saga, tool
+from agent_saga.errors import SagaUsageError
 from agent_saga.wal.halts import halt, halts_in_force, resume
 from agent_saga.wal.store import open_store
 
@@ -161,8 +162,8 @@ def test_halt_without_a_reason_is_one_line_exit_2_and_writes_nothing(tmp_path: P
 def test_halt_on_a_postgresql_log_is_refused_since_its_gates_would_not_see_it(
     pg_log_database: str,
 ) -> None:
-    from conftest import fresh_pg_log
-
-    with pytest.raises(Exception, match="file logs only"):
-        halt(fresh_pg_log(pg_log_database), reason="x", by="a")
+    sep = "&" if "?" in pg_log_database else "?"
+    location = f"{pg_log_database}{sep}agent_saga_log=halt-{os.getpid()}"
+    with pytest.raises(SagaUsageError, match="file logs only"):
+        halt(location, reason="x", by="a")
     assert os.environ.get("AGENT_SAGA_TEST_PG")

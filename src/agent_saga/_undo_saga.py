@@ -22,17 +22,15 @@ no-op, and a step whose compensation is recorded is never run again.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import _crash
 from ._runtime import drive_sync
 from ._types import Compensation, RetryPolicy
 from ._undo import StepFacts, Target, escalate, undo_durable_step
+from ._undo_plan import CANNOT_UNDO, PlannedStep, UndoPlan, plan_digest, plan_undo
 from .errors import SagaUsageError
 from .gate import current_user
 from .secrets import redact
@@ -50,183 +48,8 @@ __all__ = [
     "undo_saga",
 ]
 
-COMPENSATE: Final = "compensate"
-RESOLVE: Final = "resolve"
-CANNOT_UNDO: Final = "cannot_undo"
 
 _DEFAULT_RETRY: Final = RetryPolicy(attempts=3, initial_delay=0.2)
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedStep:
-    """One step of an undo plan.
-
-    Attributes:
-        step: The step number (None for REVERSIBLE steps, which the log never names).
-        tool / semantics: As the intent recorded them.
-        action: ``"compensate"`` (its recorded compensation runs), ``"resolve"`` (its
-            outcome is unknown: only its resolver may decide) or ``"cannot_undo"``.
-        handler / kwargs: The compensation handler and its kwargs as logged
-            (credentials as ``{"$credential_ref": ...}`` references).
-        token: The undo token passed to the handler as its idempotency key.
-        why: Why it cannot be undone (``cannot_undo`` only); it is escalated so.
-    """
-
-    step: int | None
-    tool: str | None
-    semantics: str | None
-    action: str
-    handler: str | None = None
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    token: str | None = None
-    why: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """The step as JSON (what ``--dry-run --json`` prints)."""
-        return {
-            "step": self.step,
-            "tool": self.tool,
-            "semantics": self.semantics,
-            "action": self.action,
-            "handler": self.handler,
-            "kwargs": dict(self.kwargs),
-            "token": self.token,
-            "why": self.why,
-        }
-
-
-@dataclass(slots=True)
-class UndoPlan:
-    """What an undo does (a dry run) or did (a real one).
-
-    Attributes:
-        saga_id / name: The saga.
-        undo: The undo's id (``und-…``, one per saga and ``from_step``).
-        from_step: The first step undone (None: all).
-        steps: The plan, newest first; REVERSIBLE steps (never logged) last.
-        digest: sha256 of the plan (recorded in ``undo_requested.plan``).
-        dry_run: True when nothing was written.
-        reason / by: Why and who asked.
-        outcome: None for a dry run; ``"undone"`` or ``"escalated"``.
-        results: Step number -> ``compensated`` / ``no_effect`` / ``escalated`` /
-            ``done before`` (a step an earlier, interrupted run of this undo finished).
-    """
-
-    saga_id: str
-    name: str | None
-    undo: str
-    from_step: int | None
-    steps: list[PlannedStep]
-    digest: str
-    dry_run: bool = True
-    reason: str = ""
-    by: str | None = None
-    outcome: str | None = None
-    results: dict[int, str] = field(default_factory=dict)
-
-    @property
-    def durable_steps(self) -> list[int]:
-        """The logged steps the undo acts on (compensates, resolves or escalates), newest first."""
-        return [s.step for s in self.steps if s.step is not None]
-
-    def as_json(self) -> dict[str, Any]:
-        """The plan (and, after a real undo, its outcome) as JSON."""
-        return {
-            "saga": self.saga_id,
-            "name": self.name,
-            "undo": self.undo,
-            "from_step": self.from_step,
-            "dry_run": self.dry_run,
-            "reason": self.reason,
-            "by": self.by,
-            "plan": self.digest,
-            "steps": [s.as_json() for s in self.steps],
-            "outcome": self.outcome,
-            "results": {str(k): v for k, v in self.results.items()},
-        }
-
-
-# ---- the plan ---------------------------------------------------------------------------
-
-
-def _why_not(s: StepView) -> str | None:
-    """Why a logged step cannot be compensated (None: it can, or its resolver decides)."""
-    if s.state == "escalated":
-        return f"escalated ({s.escalation}): a person decides what happened to it"
-    if s.semantics == "irreversible":
-        return f"IRREVERSIBLE step {s.tool!r}: its effect cannot be undone by the library"
-    if s.handler is None:
-        return s.invalid or (
-            f"no durable compensation recorded for {s.tool!r}: nothing outside its process "
-            "knows how to undo it"
-        )
-    return None
-
-
-def plan_undo(view: SagaView, undo: str, from_step: int | None) -> list[PlannedStep]:
-    """The steps an undo of ``view`` acts on, newest first (pure).
-
-    Args:
-        view: The saga's full view (its records up to now).
-        undo: The undo's id (for the tokens).
-        from_step: The first step undone (None: all).
-
-    Returns:
-        The planned steps; REVERSIBLE steps (numbers the log never names) come last.
-    """
-    first = 1 if from_step is None else from_step
-    todo = [
-        s
-        for s in view.steps.values()
-        if s.step >= first
-        and s.unwind_offset is not None
-        and s.state != "no_effect"
-        # undone by an earlier undo (or, resuming, by this one: shown, then skipped)
-        and not (s.state == "compensated" and s.token != R.undo_token(view.saga_id, s.step, undo))
-    ]
-    todo.sort(key=lambda s: s.unwind_offset or 0, reverse=True)
-    planned: list[PlannedStep] = []
-    for s in todo:
-        token = R.undo_token(view.saga_id, s.step, undo)
-        why = _why_not(s)
-        committed = "committed" in s.attempt_states.values()
-        action = CANNOT_UNDO if why else (COMPENSATE if committed else RESOLVE)
-        planned.append(
-            PlannedStep(
-                s.step,
-                s.tool,
-                s.semantics,
-                action,
-                s.handler,
-                dict(s.compensation_kwargs or {}),
-                token,
-                why,
-            )
-        )
-    logged = set(view.steps)
-    for n in range(first, max(logged, default=0) + 1):
-        if n not in logged:
-            planned.append(
-                PlannedStep(
-                    None,
-                    None,
-                    "reversible",
-                    CANNOT_UNDO,
-                    why=f"step {n} left no record: a REVERSIBLE step (logs nothing), whose "
-                    "in-process snapshot ended with the process that ran it",
-                )
-            )
-    return planned
-
-
-def _digest(saga_id: str, undo: str, from_step: int | None, steps: list[PlannedStep]) -> str:
-    doc = {
-        "saga": saga_id,
-        "undo": undo,
-        "from_step": from_step,
-        "steps": [s.as_json() for s in steps],
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 def step_facts(t: Target, step: StepView) -> StepFacts:
@@ -618,7 +441,7 @@ def undo_saga(
         undo,
         from_step,
         steps,
-        _digest(saga_id, undo, from_step, steps),
+        plan_digest(saga_id, undo, from_step, steps),
         reason=str(redact(reason)),
         by=who,
     )

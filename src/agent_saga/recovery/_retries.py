@@ -17,7 +17,7 @@ from ..wal.reader import Record
 from ..wal.state import RetryView, SagaFold, SagaView, StepView
 from ..wal.store import LogStore
 
-__all__ = ["saga_detail", "unwind_order"]
+__all__ = ["claim_retry_locked", "saga_detail", "unwind_order"]
 
 
 def saga_detail(store: LogStore, saga_id: str, decryptor: Any) -> SagaView | None:
@@ -69,3 +69,36 @@ def _rank(retry: RetryView, steps: dict[int, StepView]) -> tuple[int, int]:
     if s.order is None:
         return (0, -s.step)  # never committed: it was in flight, the newest
     return (1, -s.order)
+
+
+def claim_retry_locked(
+    x: Any, fold: SagaFold, retry: RetryView, by: str, claim_seconds: float
+) -> int | None:
+    """Claim an operator's retry, holding the append lock (``x``); its fence, or None.
+
+    None when the retry was done meanwhile or another daemon's claim on it is live.
+    The claim names the step and its recovery token, as a recovery claim does.
+    """
+    current = next((r for r in fold.pending_retries() if r.escalation == retry.escalation), None)
+    if current is None:
+        return None
+    now = x.now()
+    fence = (current.claim.fence if current.claim is not None else 0) + 1
+    steps: list[dict[str, Any]] = []
+    if retry.step is not None:
+        steps = [{"step": retry.step, "token": R.recovery_token(retry.saga_id, retry.step)}]
+    x.append_locked(
+        [
+            {
+                "type": R.CLAIM,
+                "saga": retry.saga_id,
+                "by": by,
+                "expires": now + claim_seconds,
+                "fence": fence,
+                "retry": retry.escalation,
+                "steps": steps,
+                "ts": now,
+            }
+        ]
+    )
+    return int(fence)

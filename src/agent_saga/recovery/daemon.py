@@ -52,7 +52,7 @@ from ..wal.reader import Damage, Record
 from ..wal.state import RetryView, SagaFold, SagaView, StepView, UndoView
 from ..wal.store import LogStore, LogWriter, open_store
 from ._gauges import pass_gauges
-from ._retries import saga_detail, unwind_order
+from ._retries import claim_retry_locked, saga_detail, unwind_order
 from ._verify import DEFAULT_EVERY, DEFAULT_SECONDS, LogAudit, audit_keys, verified_detail
 from .liveness import Liveness, liveness
 from .locks import Lock, lock_holds
@@ -567,32 +567,7 @@ class RecoveryDaemon:
     def _claim_retry(self, retry: RetryView) -> int | None:
         with self.log().exclusive() as x:
             self._feed(x.read_from(self._offset))
-            current = next(
-                (r for r in self._fold.pending_retries() if r.escalation == retry.escalation),
-                None,
-            )
-            if current is None:
-                return None  # done meanwhile, or another daemon took it
-            now = x.now()
-            fence = (current.claim.fence if current.claim is not None else 0) + 1
-            steps: list[dict[str, Any]] = []
-            if retry.step is not None:
-                steps = [{"step": retry.step, "token": R.recovery_token(retry.saga_id, retry.step)}]
-            x.append_locked(
-                [
-                    {
-                        "type": R.CLAIM,
-                        "saga": retry.saga_id,
-                        "by": self.id,
-                        "expires": now + self.claim_seconds,
-                        "fence": fence,
-                        "retry": retry.escalation,
-                        "steps": steps,
-                        "ts": now,
-                    }
-                ]
-            )
-        return fence
+            return claim_retry_locked(x, self._fold, retry, self.id, self.claim_seconds)
 
     def _inconsistent(self, saga_id: str, owner: str) -> None:
         reason = (

@@ -22,6 +22,7 @@ no-op, and a step whose compensation is recorded is never run again.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -35,6 +36,7 @@ from .errors import SagaUsageError
 from .gate import current_user
 from .secrets import redact
 from .wal import records as R
+from .wal.halts import halts_in_force
 from .wal.state import SagaFold, SagaView, StepView, UndoView
 from .wal.store import LogStore, LogWriter, open_store
 
@@ -48,6 +50,9 @@ __all__ = [
     "undo_saga",
 ]
 
+
+UNDO_TOOL: Final = "agent_saga.undo"
+"""The tool name an undo is judged as (a halt ``--tool agent_saga.undo`` stops undos only)."""
 
 _DEFAULT_RETRY: Final = RetryPolicy(attempts=3, initial_delay=0.2)
 
@@ -320,6 +325,19 @@ class Undoer:
         return outcome, results
 
 
+def _refuse_if_halted(store: LogStore, view: SagaView, encryptor: Any) -> None:
+    """An undo moves money back: a halt that covers it refuses it (``docs/governance.md``)."""
+    if store.kind != "file":
+        return  # halts are file-log only in this version (agent-saga halt refuses others)
+    host = socket.gethostname()
+    for h in halts_in_force(store, encryptor=encryptor):
+        if h.covers(tool=UNDO_TOOL, saga_name=view.name, host=host):
+            raise SagaUsageError(
+                f"the log is halted for {h.describe()} by {h.by}: {h.reason}; an undo is a "
+                "side effect too. Lift it with `agent-saga resume --reason ...`, then undo"
+            )
+
+
 def _find(view: SagaView | None, undo: str) -> UndoView | None:
     if view is None:
         return None
@@ -450,6 +468,7 @@ def undo_saga(
         raise SagaUsageError(conflict)
     if dry_run:
         return plan
+    _refuse_if_halted(store, view, encryptor)
     plan.dry_run = False
     writer: LogWriter = store.writer(encryptor=encryptor)
     actor = writer.owner

@@ -167,3 +167,20 @@ def test_halt_on_a_postgresql_log_is_refused_since_its_gates_would_not_see_it(
     with pytest.raises(SagaUsageError, match="file logs only"):
         halt(location, reason="x", by="a")
     assert os.environ.get("AGENT_SAGA_TEST_PG")
+
+
+def test_a_halted_log_refuses_an_undo_after_commit_until_resumed(tmp_path: Path) -> None:
+    from agent_saga import undo_saga
+
+    wal = str(tmp_path / "undo.wal")
+    UNDONE.clear()
+    with saga("paid", wal_path=wal) as s:
+        charge(11)
+    halt(wal, reason="freeze everything", by="alice")
+    assert undo_saga(s.id, wal_path=wal, reason="wrong", by="bob", dry_run=True) is not None
+    with pytest.raises(SagaUsageError, match="halted for everything by alice"):
+        undo_saga(s.id, wal_path=wal, reason="wrong", by="bob")
+    assert UNDONE == []
+    resume(wal, reason="ok", by="alice")
+    undo_saga(s.id, wal_path=wal, reason="wrong", by="bob")
+    assert UNDONE == [11]

@@ -172,6 +172,20 @@ def test_a_killed_undoer_is_finished_by_recoveryd_exactly_once(
     assert world.calls() == calls
 
 
+def test_once_wait_waits_for_a_killed_undoers_claim_then_finishes_the_undo(
+    world: World,
+) -> None:
+    sid = committed(world, ["a", "b"])
+    killed = undo(
+        world, sid, "--claim-seconds", "2", extra_env={"ARM_CRASH": "undo.after_request:0"}
+    )
+    assert killed.returncode == -9, (killed.returncode, killed.stderr)
+    daemon = world.recoveryd("--once", "--wait=30")  # at once: the claim is still live
+    assert daemon.returncode == 0, daemon.stderr
+    assert status(world, sid) == "undone"
+    assert world.effects() == ["b", "a"]
+
+
 def test_racing_undoers_compensate_each_step_once(world: World) -> None:
     sid = committed(world, ["a", "b", "c"])
     cmd = [AGENT_SAGA, "undo", sid, "--wal-path", world.wal, "--import", "ledger_handlers",

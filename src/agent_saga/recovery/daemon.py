@@ -327,7 +327,8 @@ class RecoveryDaemon:
         whose owner is unknown and which have not been silent for a claim period,
         and those another daemon holds an unexpired claim on: it may finish them,
         or it was stopped part-way (SIGTERM ends a daemon after the step in
-        progress) and they become takeable when its claim expires.
+        progress) and they become takeable when its claim expires. The same for an
+        undo after commit whose undoer's claim has not expired.
 
         Returns:
             Saga id -> seconds until a pass may take it over (None: cannot be judged,
@@ -344,6 +345,10 @@ class RecoveryDaemon:
                 continue
             if live.status != "orphaned":
                 waiting[view.saga_id] = live.orphaned_in
+        for undo in self._fold.open_undos():  # an undoer may still be alive, or died
+            claim = undo.claim
+            if claim is not None and claim.by != self.id and claim.expires > now:
+                waiting[undo.saga_id] = max(0.0, claim.expires - now)
         return waiting
 
     def _claim(self, saga_id: str, *, renew_fence: int | None = None) -> int | None:

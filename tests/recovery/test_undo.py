@@ -399,3 +399,44 @@ def test_compaction_keeps_a_saga_while_an_undo_of_it_is_open(world: World) -> No
     assert world.recoveryd("--once").returncode == 0
     assert world.effects() == ["b", "a"]
     assert status(world, sid) == "undone"
+
+
+@pytest.mark.parametrize("wal_backend", ["file"])  # the file's bytes are edited here
+def test_a_killed_undoers_undo_of_tampered_records_is_escalated_not_carried_out(
+    world: World, wal_backend: str
+) -> None:
+    """The daemon checks a saga's records against the latest checkpoint before it
+    finishes an undo for an undoer that died, as it does before a recovery."""
+    import base64
+    import struct
+    import zlib
+    from pathlib import Path
+
+    world.env["AGENT_SAGA_AUDIT_KEY"] = "ed25519:" + base64.b64encode(bytes(range(7, 39))).decode()
+    sid = committed(world, ["a", "b"])
+    sealed = world.recoveryd("--once", "--checkpoint-every", "1")
+    assert sealed.returncode == 0, sealed.stderr
+    assert '"checkpoint"' in sealed.stdout
+    raw = bytearray(Path(world.wal).read_bytes())
+    at = raw.index(b'"item":"b"', raw.index(b'"type":"committed"'))
+    start = raw.rindex(b"\xa5\x5a", 0, at)
+    raw[at + len(b'"item":"') : at + len(b'"item":"b')] = b"x"  # the attacker's item
+    n = struct.unpack_from("<I", raw, start + 4)[0]
+    crc = zlib.crc32(
+        bytes(raw[start + 12 : start + 12 + n]), zlib.crc32(bytes(raw[start + 2 : start + 8]))
+    )
+    struct.pack_into("<I", raw, start + 8, crc)
+    Path(world.wal).write_bytes(bytes(raw))
+    killed = undo(
+        world, sid, "--claim-seconds", "0.5", extra_env={"ARM_CRASH": "undo.after_request:0"}
+    )
+    assert killed.returncode == -9, killed.stderr
+    time.sleep(0.6)
+    daemon = world.recoveryd("--once")
+    assert daemon.returncode == 0, daemon.stderr
+    assert world.calls() == [], "nothing compensated on records that fail the checkpoint"
+    [done] = records(world, R.UNDONE)
+    assert done["outcome"] == "escalated"
+    again = world.recoveryd("--once")
+    assert again.returncode == 0
+    assert world.calls() == []

@@ -536,6 +536,10 @@ class RecoveryDaemon:
             self._report.skipped_claimed += 1
             return
         try:
+            _, finding = verified_detail(self._store, saga_id, self._encryptor, self._audit)
+            if finding is not None:
+                self._refuse_undo(undo, finding)
+                return
             undoer = take_over_undo(
                 self.log(),
                 self._store,
@@ -563,6 +567,34 @@ class RecoveryDaemon:
             self._emit("undone", saga=saga_id, undo=undo.undo, outcome=outcome, steps=results)
         finally:
             self._lock.release(saga_id, lock_token)
+
+    def _refuse_undo(self, undo: UndoView, why: str) -> None:
+        """Escalate an undo whose saga's records fail verification, and close it.
+
+        Nothing is compensated on records that may have been edited; the undo is
+        ended ``escalated`` (under the append lock, if still open) so that a later
+        pass does not escalate it again.
+        """
+        reason = f"undo {undo.undo} requested by {undo.requested_by}, not carried out: {why}"
+        drive_sync(escalate(undo.saga_id, None, reason, self.id), self)
+        self._report.escalated += 1
+        with self.log().exclusive() as x:
+            self._feed(x.read_from(self._offset))
+            if not any(u.undo == undo.undo for u in self._fold.open_undos()):
+                return
+            x.append_locked(
+                [
+                    {
+                        "type": R.UNDONE,
+                        "saga": undo.saga_id,
+                        "undo": undo.undo,
+                        "outcome": "escalated",
+                        "by": self.id,
+                        "ts": time.time(),
+                    }
+                ]
+            )
+        self._emit("tampered", saga=undo.saga_id, undo=undo.undo)
 
     def _refuse_retry(self, retry: RetryView, why: str) -> None:
         reason = f"retry requested by {retry.requested_by}, not done: {why}"

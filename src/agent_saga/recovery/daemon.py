@@ -46,13 +46,14 @@ from .. import _observe
 from .._runtime import drive_sync
 from .._types import RetryPolicy
 from .._undo import Target, escalate, undo_durable_step
-from .._undo_saga import step_facts, take_over_undo
+from .._undo_saga import step_facts
 from ..wal import records as R
 from ..wal.reader import Damage, Record
-from ..wal.state import RetryView, SagaFold, SagaView, StepView, UndoView
+from ..wal.state import RetryView, SagaFold, SagaView, StepView
 from ..wal.store import LogStore, LogWriter, open_store
 from ._gauges import pass_gauges
 from ._retries import claim_retry_locked, saga_detail, unwind_order
+from ._undo_takeover import UndoTakeover
 from ._verify import DEFAULT_EVERY, DEFAULT_SECONDS, LogAudit, audit_keys, verified_detail
 from .liveness import Liveness, liveness
 from .locks import Lock, lock_holds
@@ -88,7 +89,7 @@ class PassReport:
         return asdict(self)
 
 
-class RecoveryDaemon:
+class RecoveryDaemon(UndoTakeover):
     """Scans one WAL and finishes the sagas whose owners died.
 
     Args:
@@ -523,78 +524,6 @@ class RecoveryDaemon:
             self._lock.release(saga_id, token)
 
     # -- an undo of a committed saga whose undoer died ---------------------------------
-
-    def _finish_undo(self, undo: UndoView) -> None:
-        """Take over an ``agent-saga undo`` whose process died, and finish it.
-
-        The claim is taken under the append lock (one process acts at a time), and
-        the steps are undone by the undoer's own code with the same undo tokens.
-        """
-        saga_id = undo.saga_id
-        lock_token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
-        if lock_token is None:
-            self._report.skipped_claimed += 1
-            return
-        try:
-            _, finding = verified_detail(self._store, saga_id, self._encryptor, self._audit)
-            if finding is not None:
-                self._refuse_undo(undo, finding)
-                return
-            undoer = take_over_undo(
-                self.log(),
-                self._store,
-                saga_id,
-                undo.undo,
-                self.id,
-                claim_seconds=self.claim_seconds,
-                decryptor=self._encryptor,
-            )
-            if undoer is None:
-                return  # done meanwhile, or another process took it
-            self._emit("undoing", saga=saga_id, undo=undo.undo, requested_by=undo.requested_by)
-            outcome, results = undoer.run(self.retry)
-            for result in results.values():
-                if result == "compensated":
-                    self._report.compensated += 1
-                elif result == "no_effect":
-                    self._report.no_effect += 1
-                elif result == "escalated":
-                    self._report.escalated += 1
-            if outcome is None:
-                self._emit("lost-claim", saga=saga_id, undo=undo.undo)
-                return
-            self._report.undos += 1
-            self._emit("undone", saga=saga_id, undo=undo.undo, outcome=outcome, steps=results)
-        finally:
-            self._lock.release(saga_id, lock_token)
-
-    def _refuse_undo(self, undo: UndoView, why: str) -> None:
-        """Escalate an undo whose saga's records fail verification, and close it.
-
-        Nothing is compensated on records that may have been edited; the undo is
-        ended ``escalated`` (under the append lock, if still open) so that a later
-        pass does not escalate it again.
-        """
-        reason = f"undo {undo.undo} requested by {undo.requested_by}, not carried out: {why}"
-        drive_sync(escalate(undo.saga_id, None, reason, self.id), self)
-        self._report.escalated += 1
-        with self.log().exclusive() as x:
-            self._feed(x.read_from(self._offset))
-            if not any(u.undo == undo.undo for u in self._fold.open_undos()):
-                return
-            x.append_locked(
-                [
-                    {
-                        "type": R.UNDONE,
-                        "saga": undo.saga_id,
-                        "undo": undo.undo,
-                        "outcome": "escalated",
-                        "by": self.id,
-                        "ts": time.time(),
-                    }
-                ]
-            )
-        self._emit("tampered", saga=undo.saga_id, undo=undo.undo)
 
     def _refuse_retry(self, retry: RetryView, why: str) -> None:
         reason = f"retry requested by {retry.requested_by}, not done: {why}"

@@ -117,17 +117,32 @@ class Observer(Protocol):
         ...
 
     def recovery(
-        self, saga_id: str, name: str | None, trace: str | None, by: str
+        self,
+        saga_id: str,
+        name: str | None,
+        trace: str | None,
+        by: str,
+        operation: str = "recover",
+        resumes: str | None = None,
+        detail: Mapping[str, str | int] | None = None,
     ) -> contextlib.AbstractContextManager[None]:
-        """A daemon is about to claim and recover a saga (``trace``: its original)."""
+        """An operation on a saga after its block ended is about to start.
+
+        ``operation`` is ``recover`` (a daemon claims and recovers an orphan), ``undo``
+        (an undo after commit, by ``agent-saga undo`` or a daemon finishing one) or
+        ``retry`` (a daemon carries out an operator's retry); ``trace`` is the saga's
+        own traceparent, ``resumes`` the one of an earlier attempt at the same
+        operation (a dead undoer's), ``detail`` its ids (``undo``, ``from_step``,
+        ``escalation``, ``step``; never a value).
+        """
         ...
 
     def claim_trace(self) -> str | None:
-        """The traceparent of the recovery being claimed now (for the ``claim`` record)."""
+        """The traceparent of the operation claiming now (``claim`` / ``undo_requested``)."""
         ...
 
     def recovery_outcome(self, outcome: str) -> None:
-        """The recovery in progress ends the saga with ``outcome``."""
+        """The recovery, undo or retry in progress ends with ``outcome``."""
         ...
 
     def recovery_pass(self, gauges: Mapping[str, float | None]) -> None:
@@ -142,13 +157,20 @@ observer: Observer | None = None
 
 
 def recovering(
-    saga_id: str, name: str | None, trace: str | None, by: str
+    saga_id: str,
+    name: str | None,
+    trace: str | None,
+    by: str,
+    *,
+    operation: str = "recover",
+    resumes: str | None = None,
+    detail: Mapping[str, str | int] | None = None,
 ) -> contextlib.AbstractContextManager[None]:
-    """A context for one claim-and-recover of a saga (does nothing when unobserved)."""
+    """A context for one recovery, undo or retry of a saga (nothing when unobserved)."""
     obs = observer
     if obs is None:
         return contextlib.nullcontext()
-    return obs.recovery(saga_id, name, trace, by)
+    return obs.recovery(saga_id, name, trace, by, operation, resumes, detail)
 
 
 def claim_trace() -> str | None:
@@ -158,7 +180,7 @@ def claim_trace() -> str | None:
 
 
 def recovery_outcome(outcome: str) -> None:
-    """Tell the observer how the recovery in progress ends the saga."""
+    """Tell the observer how the recovery, undo or retry in progress ends."""
     obs = observer
     if obs is not None:
         obs.recovery_outcome(outcome)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from . import _crash
+from . import _crash, _observe
 from ._runtime import drive_sync
 from ._types import Compensation, RetryPolicy
 from ._undo import StepFacts, Target, escalate, undo_durable_step
@@ -385,8 +385,72 @@ def take_over_undo(
         if u.claim is not None and u.claim.expires > now:
             return None
         fence = (u.claim.fence if u.claim is not None else 0) + 1
-        x.append_locked([_claim_record(saga_id, undo, u.steps, (by, fence, claim_seconds), now)])
+        claim = _claim_record(saga_id, undo, u.steps, (by, fence, claim_seconds), now)
+        trace = _observe.claim_trace()
+        if trace is not None:
+            claim["trace"] = trace
+        x.append_locked([claim])
     return Undoer(writer, reader, undo, by, fence, claim_seconds, store.now)
+
+
+def _request_and_run(
+    store: LogStore,
+    reader: _SagaReader,
+    plan: UndoPlan,
+    identity: dict[str, str],
+    claim_seconds: float,
+    retry: RetryPolicy | None,
+    encryptor: Any,
+) -> tuple[str | None, dict[int, str]]:
+    """Write ``undo_requested`` and a claim under the append lock, then undo."""
+    saga_id, undo = plan.saga_id, plan.undo
+    writer: LogWriter = store.writer(encryptor=encryptor)
+    actor = writer.owner
+    with writer.exclusive() as x:
+        view = reader.catch_up(x)
+        problem = _bad_request(view, saga_id, store.display)
+        if problem is not None:
+            raise SagaUsageError(problem)
+        assert view is not None
+        now = x.now()
+        conflict = _conflict(view, undo, plan.steps, now)
+        if conflict is not None:
+            raise SagaUsageError(conflict)
+        mine = _find(view, undo)
+        records: list[Mapping[str, Any]] = []
+        fence = 1
+        trace = _observe.claim_trace()
+        if mine is None:
+            requested: dict[str, Any] = {
+                "type": R.UNDO_REQUESTED,
+                "saga": saga_id,
+                "undo": undo,
+                "steps": plan.durable_steps,
+                "from_step": plan.from_step,
+                "reason": plan.reason,
+                "by": plan.by,
+                "identity": identity,
+                "plan": plan.digest,
+                "min_reader": 3,
+                "ts": now,
+            }
+            if trace is not None:
+                requested["trace"] = trace
+            records.append(requested)
+            steps_of_claim = plan.durable_steps
+        else:  # the same undo, asked again after its undoer died: take it over
+            fence = (mine.claim.fence if mine.claim is not None else 0) + 1
+            steps_of_claim = mine.steps
+        records.append(
+            _claim_record(saga_id, undo, steps_of_claim, (actor, fence, claim_seconds), now)
+        )
+        x.append_locked(records)
+    _crash.crashpoint("undo.after_request")
+    undoer = Undoer(writer, reader, undo, actor, fence, claim_seconds, store.now)
+    outcome, results = undoer.run(retry or _DEFAULT_RETRY)
+    if outcome is not None:
+        _observe.recovery_outcome(outcome)
+    return outcome, results
 
 
 # ---- the entry point -----------------------------------------------------------------
@@ -470,48 +534,13 @@ def undo_saga(
         return plan
     _refuse_if_halted(store, view, encryptor)
     plan.dry_run = False
-    writer: LogWriter = store.writer(encryptor=encryptor)
-    actor = writer.owner
-    with writer.exclusive() as x:
-        view = reader.catch_up(x)
-        problem = _bad_request(view, saga_id, store.display)
-        if problem is not None:
-            raise SagaUsageError(problem)
-        assert view is not None
-        now = x.now()
-        conflict = _conflict(view, undo, steps, now)
-        if conflict is not None:
-            raise SagaUsageError(conflict)
-        mine = _find(view, undo)
-        records: list[Mapping[str, Any]] = []
-        fence = 1
-        if mine is None:
-            records.append(
-                {
-                    "type": R.UNDO_REQUESTED,
-                    "saga": saga_id,
-                    "undo": undo,
-                    "steps": plan.durable_steps,
-                    "from_step": from_step,
-                    "reason": plan.reason,
-                    "by": who,
-                    "identity": identity,
-                    "plan": plan.digest,
-                    "min_reader": 3,
-                    "ts": now,
-                }
-            )
-            steps_of_claim = plan.durable_steps
-        else:  # the same undo, asked again after its undoer died: take it over
-            fence = (mine.claim.fence if mine.claim is not None else 0) + 1
-            steps_of_claim = mine.steps
-        records.append(
-            _claim_record(saga_id, undo, steps_of_claim, (actor, fence, claim_seconds), now)
+    detail: dict[str, str | int] = {"undo": undo}
+    if from_step is not None:
+        detail["from_step"] = from_step
+    with _observe.recovering(saga_id, view.name, view.trace, who, operation="undo", detail=detail):
+        outcome, results = _request_and_run(
+            store, reader, plan, identity, claim_seconds, compensation_retry, encryptor
         )
-        x.append_locked(records)
-    _crash.crashpoint("undo.after_request")
-    undoer = Undoer(writer, reader, undo, actor, fence, claim_seconds, store.now)
-    outcome, results = undoer.run(compensation_retry or _DEFAULT_RETRY)
     plan.outcome = outcome
     plan.results = results
     return plan

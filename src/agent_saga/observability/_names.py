@@ -48,9 +48,32 @@ COMPENSATION_TOOL: Final = "agent_saga.compensation.tool"
 COMPENSATION_BY: Final = "agent_saga.compensation.by"
 COMPENSATION_OUTCOME: Final = "agent_saga.compensation.outcome"
 RECOVERY_BY: Final = "agent_saga.recovery.by"
+UNDO_ID: Final = "agent_saga.undo.id"
+UNDO_BY: Final = "agent_saga.undo.by"
+UNDO_FROM_STEP: Final = "agent_saga.undo.from_step"
+UNDO_OUTCOME: Final = "agent_saga.undo.outcome"
+RETRY_ESCALATION: Final = "agent_saga.retry.escalation"
+RETRY_OUTCOME: Final = "agent_saga.retry.outcome"
 LINK_TYPE: Final = "agent_saga.link.type"
 LINK_COMPENSATES: Final = "compensates"
 LINK_RECOVERS: Final = "recovers"
+LINK_UNDOES: Final = "undoes"
+LINK_RETRIES: Final = "retries"
+LINK_RESUMES: Final = "resumes"
+
+#: Per operation after the saga's block: its link to the saga, who acts, the outcome.
+OPERATIONS: Final = {
+    "recover": (LINK_RECOVERS, RECOVERY_BY, SAGA_OUTCOME),
+    "undo": (LINK_UNDOES, UNDO_BY, UNDO_OUTCOME),
+    "retry": (LINK_RETRIES, RECOVERY_BY, RETRY_OUTCOME),
+}
+#: The engine's short names for an operation's ids (``_observe.recovering(detail=)``).
+DETAIL: Final = {
+    "undo": UNDO_ID,
+    "from_step": UNDO_FROM_STEP,
+    "escalation": RETRY_ESCALATION,
+    "step": STEP,
+}
 
 APPROVAL_EVENT: Final = "agent_saga.approval"
 APPROVAL_DECISION: Final = "agent_saga.approval.decision"

@@ -220,13 +220,20 @@ class Observer:
             self.counts.waiting(delta)
 
     def recovery(
-        self, saga_id: str, name: str | None, trace: str | None, by: str
+        self,
+        saga_id: str,
+        name: str | None,
+        trace: str | None,
+        by: str,
+        operation: str = "recover",
+        resumes: str | None = None,
+        detail: Mapping[str, str | int] | None = None,
     ) -> contextlib.AbstractContextManager[None]:
-        """A new trace for a daemon's recovery, linked to the saga's own."""
+        """A new trace for a recovery, undo or retry, linked to the saga's own."""
         otel = self.otel
         if otel is None:
             return contextlib.nullcontext()
-        return otel.recovery(saga_id, name, trace, by)
+        return otel.recovery(saga_id, name, trace, by, operation, resumes, detail)
 
     def claim_trace(self) -> str | None:
         """The recovery span's traceparent, for the ``claim`` record."""

@@ -376,23 +376,38 @@ class Otel:
 
     @contextlib.contextmanager
     def recovery(
-        self, saga_id: str, name: str | None, trace_: str | None, by: str
+        self,
+        saga_id: str,
+        name: str | None,
+        trace_: str | None,
+        by: str,
+        operation: str = "recover",
+        resumes: str | None = None,
+        detail: Mapping[str, str | int] | None = None,
     ) -> Iterator[None]:
-        """A recovery's span: a new trace, linked to the saga's; dropped if never claimed."""
+        """A new trace for a recovery, undo or retry, linked to the saga's own.
+
+        A recovery's or an undo's span is dropped when this process never claimed it
+        (another one did: nothing happened here); a retry's span starts after its claim.
+        """
+        link_type, by_key, outcome_key = N.OPERATIONS[operation]
+        label = f"{operation} saga {name}" if name else f"{operation} saga"
         span = self.tracer.start_span(
-            f"recover saga {name}" if name else "recover saga",
+            label,
             context=otel_context.Context(),  # a root: the original trace is a link
             kind=_INTERNAL,
-            links=_links(trace_, N.LINK_RECOVERS),
+            links=_links(trace_, link_type) + _links(resumes, N.LINK_RESUMES),
             attributes={
                 N.OPERATION: N.INVOKE_WORKFLOW,
                 N.WORKFLOW_NAME: name or "saga",
                 N.SAGA_ID: saga_id,
-                N.RECOVERY_BY: by,
+                by_key: by,
+                **{N.DETAIL[k]: v for k, v in (detail or {}).items() if k in N.DETAIL},
                 **N.BACKEND_KIND["workflow"],
             },
         )
         frame = _Recovery(span)
+        frame.claimed = operation == "retry"
         var_token = _RECOVERY.set(frame)
         ctx_token = otel_context.attach(trace.set_span_in_context(span))
         error: BaseException | None = None
@@ -404,16 +419,16 @@ class Otel:
         finally:
             otel_context.detach(ctx_token)
             _RECOVERY.reset(var_token)
-            if frame.claimed:  # another daemon's claim: nothing happened, nothing to show
+            if frame.claimed:
                 if frame.outcome is not None:
-                    span.set_attribute(N.SAGA_OUTCOME, frame.outcome)
+                    span.set_attribute(outcome_key, frame.outcome)
                 if error is not None:
                     span.set_attribute(N.ERROR_TYPE, type(error).__qualname__)
                     span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
                 span.end()
 
     def claim_trace(self) -> str | None:
-        """The traceparent of the recovery claiming now (the ``claim`` record's ``trace``)."""
+        """The traceparent of the operation claiming now (``claim`` / ``undo_requested``)."""
         frame = _RECOVERY.get()
         if frame is None:
             return None
@@ -421,7 +436,7 @@ class Otel:
         return frame.traceparent
 
     def recovery_outcome(self, outcome: str) -> None:
-        """The outcome the recovery writes in ``saga_end``."""
+        """How the recovery (its ``saga_end``), undo (``undone``) or retry ends."""
         frame = _RECOVERY.get()
         if frame is not None:
             frame.outcome = outcome

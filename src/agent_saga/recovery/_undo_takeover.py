@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .. import _observe
 from .._runtime import drive_sync
 from .._types import RetryPolicy
 from .._undo import escalate
@@ -63,23 +64,37 @@ class UndoTakeover:
             self._report.skipped_claimed += 1
             return
         try:
-            _, finding = verified_detail(self._store, saga_id, self._encryptor, self._audit)
+            view, finding = verified_detail(self._store, saga_id, self._encryptor, self._audit)
             if finding is not None:
                 self._refuse_undo(undo, finding)
                 return
-            undoer = take_over_undo(
-                self.log(),
-                self._store,
+            detail: dict[str, str | int] = {"undo": undo.undo}
+            if undo.from_step is not None:
+                detail["from_step"] = undo.from_step
+            with _observe.recovering(
                 saga_id,
-                undo.undo,
+                None if view is None else view.name,
+                None if view is None else view.trace,
                 self.id,
-                claim_seconds=self.claim_seconds,
-                decryptor=self._encryptor,
-            )
-            if undoer is None:
-                return  # done meanwhile, or another process took it
-            self._emit("undoing", saga=saga_id, undo=undo.undo, requested_by=undo.requested_by)
-            outcome, results = undoer.run(self.retry)
+                operation="undo",
+                resumes=undo.trace,
+                detail=detail,
+            ):
+                undoer = take_over_undo(
+                    self.log(),
+                    self._store,
+                    saga_id,
+                    undo.undo,
+                    self.id,
+                    claim_seconds=self.claim_seconds,
+                    decryptor=self._encryptor,
+                )
+                if undoer is None:
+                    return  # done meanwhile, or another process took it
+                self._emit("undoing", saga=saga_id, undo=undo.undo, requested_by=undo.requested_by)
+                outcome, results = undoer.run(self.retry)
+                if outcome is not None:
+                    _observe.recovery_outcome(outcome)
             for result in results.values():
                 if result == "compensated":
                     self._report.compensated += 1

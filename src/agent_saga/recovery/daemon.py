@@ -508,7 +508,16 @@ class RecoveryDaemon(UndoTakeover):
             if not lock_holds(self._lock, saga_id, token):
                 self._emit("lost-lock", saga=saga_id, lock_token=token)
                 return  # the retry stays pending: a later pass carries it out
-            outcome = self._undo(saga_id, step, self._damaged(view))
+            with _observe.recovering(
+                saga_id,
+                view.name,
+                view.trace,
+                self.id,
+                operation="retry",
+                detail={"escalation": retry.escalation, "step": step.step},
+            ):
+                outcome = self._undo(saga_id, step, self._damaged(view))
+                _observe.recovery_outcome(outcome)
             if outcome != "escalated":
                 self.log().append(
                     {

@@ -410,6 +410,7 @@ class FoldTransitions:
                 u = self._undos[saga_id, rec["undo"]] = UndoView(
                     rec["undo"], saga_id, list(rec["steps"]), rec["from_step"], rec["reason"],
                     rec["by"], rec.get("identity"), rec["plan"], off, when(ts),
+                    trace=_trace(rec),
                 )  # fmt: skip
                 if held is not None:
                     held.undos.append(u)

@@ -127,6 +127,7 @@ class UndoView:
         claim: The latest claim of the process carrying it out.
         outcome: None while open; ``"undone"`` or ``"escalated"`` (its ``undone`` record).
         by: Who wrote ``undone``.
+        trace: The undo's span (``undo_requested.trace``), when it was traced.
     """
 
     undo: str
@@ -142,6 +143,7 @@ class UndoView:
     claim: ClaimView | None = None
     outcome: str | None = None
     by: Any = None
+    trace: str | None = None
 
     def pending(self, now: float) -> bool:
         """Whether a daemon should take it: not done, and no unexpired claim on it."""

@@ -145,7 +145,7 @@ class Observer(Protocol):
         """The recovery, undo or retry in progress ends with ``outcome``."""
         ...
 
-    def recovery_pass(self, gauges: Mapping[str, float | None]) -> None:
+    def recovery_pass(self, gauges: Mapping[str, Any]) -> None:
         """A daemon pass ended; ``gauges`` are what it saw of the log."""
         ...
 
@@ -186,7 +186,7 @@ def recovery_outcome(outcome: str) -> None:
         obs.recovery_outcome(outcome)
 
 
-def recovery_pass(gauges: Callable[[], Mapping[str, float | None]]) -> None:
+def recovery_pass(gauges: Callable[[], Mapping[str, Any]]) -> None:
     """Report a daemon pass; ``gauges`` is computed only when someone observes."""
     obs = observer
     if obs is not None:

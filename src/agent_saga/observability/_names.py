@@ -91,6 +91,10 @@ M_ESCALATIONS_OPEN: Final = "agent_saga.escalations.open"
 M_APPROVALS_WAITING: Final = "agent_saga.approvals.waiting"
 M_RECOVERY_LAG: Final = "agent_saga.recovery.lag"
 M_LOG_SIZE: Final = "agent_saga.log.size"
+M_LIMIT_USED: Final = "agent_saga.limit.usage"
+M_LIMIT_UTILIZATION: Final = "agent_saga.limit.utilization"
+LIMIT_NAME: Final = "agent_saga.limit.name"
+LIMIT_STATE: Final = "agent_saga.limit.state"
 
 # --- how backends show a span: OpenInference (Phoenix), LangSmith, Langfuse ---------------
 BACKEND_KIND: Final = {

@@ -186,7 +186,7 @@ class Observer:
         self.otel: Otel | None = None
         self.for_logs = False
         self.counts = Counts()
-        self.gauges: dict[str, float | None] = {}
+        self.gauges: dict[str, Any] = {}
 
     def saga_started(self, run: Run) -> _observe.SagaTrace:
         """A span for the saga when traced."""
@@ -246,7 +246,7 @@ class Observer:
         if otel is not None:
             otel.recovery_outcome(outcome)
 
-    def recovery_pass(self, gauges: Mapping[str, float | None]) -> None:
+    def recovery_pass(self, gauges: Mapping[str, Any]) -> None:
         """Keep a daemon pass's gauges for the next metrics collection."""
         self.gauges = dict(gauges)
 

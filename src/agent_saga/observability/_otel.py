@@ -334,6 +334,19 @@ class Otel:
             (N.M_LOG_SIZE, "log_bytes", "By", "Size of the write-ahead log"),
         ):
             m.create_observable_gauge(name, [self._gauge(key)], unit=unit, description=text)
+        m.create_observable_gauge(
+            N.M_LIMIT_USED,
+            [self._limit_used],
+            unit="1",
+            description="A budget's or rate limit's use in its current window, its busiest "
+            "key's (committed: used; in flight or unknown: held), as a daemon last saw it",
+        )
+        m.create_observable_gauge(
+            N.M_LIMIT_UTILIZATION,
+            [self._limit_utilization],
+            unit="1",
+            description="(used + held) / limit of a limit's busiest key, as a daemon last saw it",
+        )
 
     # -- spans ----------------------------------------------------------------------------
 
@@ -463,6 +476,15 @@ class Otel:
         seen = self.observer.gauges.get("approvals_waiting")
         if seen is not None:
             yield Observation(seen, {"agent_saga.source": "log"})
+
+    def _limit_used(self, options: CallbackOptions) -> Iterable[Observation]:
+        for name, used, held, _ in self.observer.gauges.get("limits", ()):
+            yield Observation(used, {N.LIMIT_NAME: name, N.LIMIT_STATE: "used"})
+            yield Observation(held, {N.LIMIT_NAME: name, N.LIMIT_STATE: "held"})
+
+    def _limit_utilization(self, options: CallbackOptions) -> Iterable[Observation]:
+        for name, _, _, ratio in self.observer.gauges.get("limits", ()):
+            yield Observation(ratio, {N.LIMIT_NAME: name})
 
     def _gauge(self, key: str) -> Any:
         def callback(options: CallbackOptions) -> Iterable[Observation]:

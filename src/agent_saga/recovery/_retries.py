@@ -1,23 +1,32 @@
-"""What the daemon needs to carry out operators' retries: a saga read back, and the order.
+"""How the daemon carries out operators' retries: a saga read back, the order, the act.
 
 ``agent-saga escalations retry`` records a request; ``RecoveryDaemon`` carries the
-pending ones out (``daemon.py``). The daemon's own fold keeps no detail of ended
-sagas, so a retry reads its saga back from the log (:func:`saga_detail`), and a pass
-undoes one saga's retried steps in the order its rollback would have
-(:func:`unwind_order`).
+pending ones out (:class:`RetryCarrier`, a part of it). The daemon's own fold keeps
+no detail of ended sagas, so a retry reads its saga back from the log
+(:func:`saga_detail`), and a pass undoes one saga's retried steps in the order its
+rollback would have (:func:`unwind_order`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
+from .. import _observe
+from .._runtime import drive_sync
+from .._undo import escalate
 from ..wal import records as R
-from ..wal.reader import Record
+from ..wal.reader import Damage, Record
 from ..wal.state import RetryView, SagaFold, SagaView, StepView
-from ..wal.store import LogStore
+from ..wal.store import LogStore, LogWriter
+from ._verify import LogAudit, verified_detail
+from .locks import Lock, lock_holds
 
-__all__ = ["claim_retry_locked", "saga_detail", "unwind_order"]
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .daemon import PassReport
+
+__all__ = ["RetryCarrier", "claim_retry_locked", "saga_detail", "unwind_order"]
 
 
 def saga_detail(store: LogStore, saga_id: str, decryptor: Any) -> SagaView | None:
@@ -102,3 +111,100 @@ def claim_retry_locked(
         ]
     )
     return int(fence)
+
+
+class RetryCarrier:
+    """The retries of :class:`~agent_saga.recovery.daemon.RecoveryDaemon` (a mixin)."""
+
+    id: str
+    claim_seconds: float
+    _lock: Lock
+    _report: PassReport
+    _store: LogStore
+    _encryptor: Any
+    _audit: LogAudit
+    _fold: SagaFold
+    _offset: int
+
+    if TYPE_CHECKING:  # pragma: no cover - provided by RecoveryDaemon
+
+        def _emit(self, event: str, **fields: Any) -> None: ...
+
+        def log(self) -> LogWriter: ...
+
+        def _feed(self, items: Iterable[Record | Damage]) -> None: ...
+
+        def _undo(self, saga_id: str, step: StepView, damaged_at: int | None) -> str: ...
+
+        def _damaged(self, view: SagaView) -> int | None: ...
+
+    def _carry_out(self, retry: RetryView) -> None:
+        """Retry an escalated step once its cause is fixed (``agent-saga escalations retry``).
+
+        Same guarantees as recovering a saga: the claim is taken under the append lock
+        (so two daemons never both act), and the step is undone through the same
+        shared path with the same recovery token (so the handler acts once).
+        """
+        saga_id = retry.saga_id
+        token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
+        if token is None:
+            self._report.skipped_claimed += 1
+            return
+        try:
+            fence = self._claim_retry(retry)
+            if fence is None:
+                return
+            self._report.retried += 1
+            self._emit("retrying", saga=saga_id, step=retry.step, escalation=retry.escalation)
+            view, finding = verified_detail(self._store, saga_id, self._encryptor, self._audit)
+            if finding is not None:
+                self._refuse_retry(retry, finding)
+                return
+            step = None if view is None or retry.step is None else view.steps.get(retry.step)
+            if view is None or step is None:
+                self._refuse_retry(retry, "the log holds no record of this step any more")
+                return
+            if step.state == "compensated":
+                self._refuse_retry(
+                    retry,
+                    "the step was already compensated; what is escalated is not its undo "
+                    "(e.g. an earlier attempt that may have landed too) — check it and "
+                    "resolve this by hand",
+                )
+                return
+            if not lock_holds(self._lock, saga_id, token):
+                self._emit("lost-lock", saga=saga_id, lock_token=token)
+                return  # the retry stays pending: a later pass carries it out
+            with _observe.recovering(
+                saga_id,
+                view.name,
+                view.trace,
+                self.id,
+                operation="retry",
+                detail={"escalation": retry.escalation, "step": step.step},
+            ):
+                outcome = self._undo(saga_id, step, self._damaged(view))
+                _observe.recovery_outcome(outcome)
+            if outcome != "escalated":
+                self.log().append(
+                    {
+                        "type": R.ESCALATION_RESOLVED,
+                        "escalation": retry.escalation,
+                        "note": f"retried at the request of {retry.requested_by} "
+                        f"({retry.note}): {outcome}",
+                        "by": self.id,
+                        "ts": time.time(),
+                    }
+                )
+        finally:
+            self._lock.release(saga_id, token)
+
+    def _refuse_retry(self, retry: RetryView, why: str) -> None:
+        reason = f"retry requested by {retry.requested_by}, not done: {why}"
+        drive_sync(escalate(retry.saga_id, retry.step, reason, self.id), self)
+        self._report.escalated += 1
+
+    def _claim_retry(self, retry: RetryView) -> int | None:
+        with self.log().exclusive() as x:
+            self._feed(x.read_from(self._offset))
+            return claim_retry_locked(x, self._fold, retry, self.id, self.claim_seconds)

@@ -48,13 +48,14 @@ from .._types import RetryPolicy
 from .._undo import Target, escalate, undo_durable_step
 from .._undo_saga import step_facts
 from ..wal import records as R
+from ..wal.limits import UsageFold
 from ..wal.reader import Damage, Record
-from ..wal.state import RetryView, SagaFold, SagaView, StepView
+from ..wal.state import SagaFold, SagaView, StepView
 from ..wal.store import LogStore, LogWriter, open_store
 from ._gauges import pass_gauges
-from ._retries import claim_retry_locked, saga_detail, unwind_order
+from ._retries import RetryCarrier, saga_detail, unwind_order
 from ._undo_takeover import UndoTakeover
-from ._verify import DEFAULT_EVERY, DEFAULT_SECONDS, LogAudit, audit_keys, verified_detail
+from ._verify import DEFAULT_EVERY, DEFAULT_SECONDS, LogAudit, audit_keys
 from .liveness import Liveness, liveness
 from .locks import Lock, lock_holds
 
@@ -89,7 +90,7 @@ class PassReport:
         return asdict(self)
 
 
-class RecoveryDaemon(UndoTakeover):
+class RecoveryDaemon(RetryCarrier, UndoTakeover):
     """Scans one WAL and finishes the sagas whose owners died.
 
     Args:
@@ -134,6 +135,7 @@ class RecoveryDaemon(UndoTakeover):
         self._encryptor = encryptor
         self._emit_fn = emit or _json_line
         self._fold = _new_fold()
+        self._usage = UsageFold()  # budgets' and rate limits' use, for the metrics
         self._offset = 0
         self._identity: object = None
         self._reported: set[int] = set()
@@ -188,6 +190,7 @@ class RecoveryDaemon(UndoTakeover):
             if isinstance(item, Record):
                 self._audit.add(item)
                 self._fold.apply(item.data, item.offset)
+                self._usage.apply(item.data)
                 self._offset = item.end
                 self._report.records_read += 1
                 continue
@@ -215,6 +218,7 @@ class RecoveryDaemon(UndoTakeover):
             return
         if self._identity is not None and identity != self._identity:
             self._fold = _new_fold()
+            self._usage = UsageFold()
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
@@ -251,8 +255,13 @@ class RecoveryDaemon(UndoTakeover):
         self._seal_if_due()
         self._audit.forget(lambda saga: self._fold.get(saga) is not None)
         self._emit("pass_complete", **self._report.as_dict())
-        _observe.recovery_pass(lambda: pass_gauges(self._fold, self._store, self.claim_seconds))
+        _observe.recovery_pass(
+            lambda: pass_gauges(self._fold, self._usage, self._store, self.claim_seconds)
+        )
         return self._report
+
+    def _gauges(self) -> dict[str, Any]:
+        return pass_gauges(self._fold, self._usage, self._store, self.claim_seconds)
 
     def _seal_if_due(self) -> None:
         """Append a signed checkpoint of the leaves read, when one is due."""
@@ -468,81 +477,6 @@ class RecoveryDaemon(UndoTakeover):
         )
         self._report.finished += 1
         self._emit("finished", saga=saga_id, outcome=outcome)
-
-    # -- an operator's retry of an escalated step -------------------------------------
-
-    def _carry_out(self, retry: RetryView) -> None:
-        """Retry an escalated step once its cause is fixed (``agent-saga escalations retry``).
-
-        Same guarantees as recovering a saga: the claim is taken under the append lock
-        (so two daemons never both act), and the step is undone through the same
-        shared path with the same recovery token (so the handler acts once).
-        """
-        saga_id = retry.saga_id
-        token = self._lock.acquire(saga_id, ttl=self.claim_seconds)
-        if token is None:
-            self._report.skipped_claimed += 1
-            return
-        try:
-            fence = self._claim_retry(retry)
-            if fence is None:
-                return
-            self._report.retried += 1
-            self._emit("retrying", saga=saga_id, step=retry.step, escalation=retry.escalation)
-            view, finding = verified_detail(self._store, saga_id, self._encryptor, self._audit)
-            if finding is not None:
-                self._refuse_retry(retry, finding)
-                return
-            step = None if view is None or retry.step is None else view.steps.get(retry.step)
-            if view is None or step is None:
-                self._refuse_retry(retry, "the log holds no record of this step any more")
-                return
-            if step.state == "compensated":
-                self._refuse_retry(
-                    retry,
-                    "the step was already compensated; what is escalated is not its undo "
-                    "(e.g. an earlier attempt that may have landed too) — check it and "
-                    "resolve this by hand",
-                )
-                return
-            if not lock_holds(self._lock, saga_id, token):
-                self._emit("lost-lock", saga=saga_id, lock_token=token)
-                return  # the retry stays pending: a later pass carries it out
-            with _observe.recovering(
-                saga_id,
-                view.name,
-                view.trace,
-                self.id,
-                operation="retry",
-                detail={"escalation": retry.escalation, "step": step.step},
-            ):
-                outcome = self._undo(saga_id, step, self._damaged(view))
-                _observe.recovery_outcome(outcome)
-            if outcome != "escalated":
-                self.log().append(
-                    {
-                        "type": R.ESCALATION_RESOLVED,
-                        "escalation": retry.escalation,
-                        "note": f"retried at the request of {retry.requested_by} "
-                        f"({retry.note}): {outcome}",
-                        "by": self.id,
-                        "ts": time.time(),
-                    }
-                )
-        finally:
-            self._lock.release(saga_id, token)
-
-    # -- an undo of a committed saga whose undoer died ---------------------------------
-
-    def _refuse_retry(self, retry: RetryView, why: str) -> None:
-        reason = f"retry requested by {retry.requested_by}, not done: {why}"
-        drive_sync(escalate(retry.saga_id, retry.step, reason, self.id), self)
-        self._report.escalated += 1
-
-    def _claim_retry(self, retry: RetryView) -> int | None:
-        with self.log().exclusive() as x:
-            self._feed(x.read_from(self._offset))
-            return claim_retry_locked(x, self._fold, retry, self.id, self.claim_seconds)
 
     def _inconsistent(self, saga_id: str, owner: str) -> None:
         reason = (

@@ -37,7 +37,8 @@ demo: $(VENV)/.installed-base
 	$(BIN)/python examples/demo.py
 
 # scripts/testenv starts the services the suite needs (installing Debian packages
-# when missing and run as root), runs pytest with them, and stops them. The suite runs
+# when missing and run as root; Arize Phoenix from PyPI into .venv-phoenix, pinned by
+# constraints/phoenix.txt), runs pytest with them, and stops them. The suite runs
 # on PYTEST_WORKERS pytest-xdist workers (0: in this process, one test at a time);
 # every test keeps its state in its own temporary directory, database or key space,
 # so any split is safe. The seconds per test directory are printed at the end.
@@ -90,4 +91,4 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_core.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) $(VENV)-phoenix .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

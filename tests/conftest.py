@@ -78,6 +78,9 @@ SERVICE_HINTS: dict[str, str] = {
     "package redis-server)",
     "AGENT_SAGA_TEST_CHROMIUM": "install Debian's chromium (`apt-get install -y chromium`) and "
     "set it to the executable's path, or run `make test`",
+    "AGENT_SAGA_TEST_PHOENIX": "run `make test`, or `.venv/bin/python scripts/testenv run --only "
+    "phoenix -- .venv/bin/python -m pytest`, which install Arize Phoenix (PyPI, "
+    "constraints/phoenix.txt) into .venv-phoenix and start it on 127.0.0.1",
 }
 
 

@@ -23,10 +23,12 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from _base import Service, ServiceUnavailable, apt_install
+from _base import Service, ServiceUnavailable
 
 #: Service modules next to this file, in start order. Each defines ``SERVICE``.
-SERVICES: tuple[str, ...] = ("postgres", "redis", "chromium")
+#: Phoenix comes first: it takes the longest to become ready, and is waited for only
+#: once the others have started.
+SERVICES: tuple[str, ...] = ("phoenix", "postgres", "redis", "chromium")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,15 +46,13 @@ def _provide(svc: Service, workdir: Path) -> dict[str, str]:
         _log(f"{svc.name}: using {svc.env_vars[0]} from the environment")
         return {}
     if not svc.installed():
-        apt_install(svc.packages, _log)
+        svc.install(_log)
         if not svc.installed():
-            raise ServiceUnavailable(f"{svc.name}: still missing after installing {svc.packages}")
+            raise ServiceUnavailable(f"{svc.name}: still missing after installing it")
     d = workdir / svc.name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    env = svc.start(d)
-    _log(f"{svc.name}: " + " ".join(f"{k}={v}" for k, v in env.items()))
-    return env
+    return svc.start(d)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,12 +84,23 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     try:
+        provided: list[tuple[Service, dict[str, str]]] = []
         for svc in _load(names):
             try:
-                env.update(_provide(svc, workdir))
+                provided.append((svc, _provide(svc, workdir)))
                 started.append(svc)
             except ServiceUnavailable as exc:
                 _log(f"{svc.name} unavailable: {exc}")
+        for svc, svc_env in provided:  # all started: now wait for the slow ones
+            try:
+                svc.ready()
+            except ServiceUnavailable as exc:
+                _log(f"{svc.name} unavailable: {exc}")
+                svc.stop()
+                continue
+            if svc_env:
+                _log(f"{svc.name}: " + " ".join(f"{k}={v}" for k, v in svc_env.items()))
+            env.update(svc_env)
         return subprocess.call(command, env=env)
     except KeyboardInterrupt:
         return 130

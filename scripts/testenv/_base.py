@@ -41,10 +41,11 @@ class ServiceUnavailable(Exception):
 
 
 class Service:
-    """Base class: override ``env_vars``, ``packages`` and the three methods.
+    """Base class: override ``env_vars``, ``packages``, ``installed``, ``start`` and
+    ``stop``; ``install`` and ``ready`` when the defaults do not fit.
 
     Attributes:
-        name: Short name (``postgres``, ``redis``, ``chromium``).
+        name: Short name (``phoenix``, ``postgres``, ``redis``, ``chromium``).
         env_vars: The variables ``start`` sets; when the first is already set the
             service is taken as provided from outside.
         packages: Debian packages that provide it.
@@ -58,9 +59,22 @@ class Service:
         """Whether the programs this service needs are on this machine."""
         raise NotImplementedError
 
+    def install(self, log: Callable[[str], None]) -> None:
+        """Install what :meth:`installed` found missing: by default :attr:`packages`
+        from Debian (root only); raise ServiceUnavailable when that is impossible."""
+        apt_install(self.packages, log)
+
     def start(self, workdir: Path) -> dict[str, str]:
         """Start the service in ``workdir``; return the environment that points at it."""
         raise NotImplementedError
+
+    def ready(self) -> None:
+        """Wait until what :meth:`start` started answers; raise ServiceUnavailable if not.
+
+        Most services return from ``start`` once ready and keep this no-op. A slow one
+        (Phoenix) returns from ``start`` at once and waits here: the runner starts every
+        service before waiting for any, so its start overlaps the others'.
+        """
 
     def stop(self) -> None:
         """Stop what :meth:`start` started (idempotent, never raises)."""

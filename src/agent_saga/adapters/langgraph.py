@@ -28,9 +28,11 @@ resumed run reaches the tool, the approval does not apply.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, get_args
 
@@ -166,7 +168,7 @@ def _run(
     def forward() -> Any:
         return _call(base._run, self, args, kwargs, config, run_manager)
 
-    with _answer(_ask_human(step, args, logged)):
+    with _answer(_ask_human(step, args, logged)), _handler_span(run_manager):
         return step.call_sync(forward, args, logged)
 
 
@@ -189,8 +191,33 @@ async def _arun(
         sync_manager = run_manager.get_sync() if run_manager is not None else None
         return asyncio.to_thread(_call, base._run, self, args, kwargs, config, sync_manager)
 
-    with _answer(_ask_human(step, args, logged)):
+    with _answer(_ask_human(step, args, logged)), _handler_span(run_manager):
         return await step.call_async(forward, args, logged)
+
+
+@contextlib.contextmanager
+def _handler_span(run_manager: Any) -> Iterator[None]:
+    """The tool run's OpenTelemetry span, current while the step runs.
+
+    A tracing callback handler that keeps a span per run (OpenInference's LangChain
+    instrumentor: ``get_span(run_id)``) never attaches it to the context, so without
+    this the step's span would land beside the tool's instead of under it.
+    """
+    span = None
+    if run_manager is not None and "opentelemetry.trace" in sys.modules:
+        for handler in getattr(run_manager, "handlers", None) or ():
+            get_span = getattr(handler, "get_span", None)
+            if callable(get_span) and (span := get_span(run_manager.run_id)) is not None:
+                break
+    if span is None:
+        yield
+        return
+    from opentelemetry import trace
+
+    with trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    ):
+        yield
 
 
 def _call(

@@ -9,8 +9,9 @@ appends it only if the log's usage leaves room (``wal/admission.py``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Generator, Iterable
-from typing import Any
+from typing import Any, cast
 
 from ._commands import AppendAdmitted, Command
 from .gate import ApprovalRequest, Decision, Policy
@@ -18,7 +19,7 @@ from .limits import LimitPolicy
 from .secrets import find_secrets
 from .wal.limits import LimitSpec, Overrun
 
-__all__ = ["Metered", "admitted", "metering"]
+__all__ = ["Metered", "admit", "admit_async", "admitted", "metering"]
 
 Metered = dict[str, tuple[str | None, float, LimitSpec, str]]
 """Limit name -> (the call's meter key, the amount it reserves, the definition, and
@@ -76,3 +77,28 @@ def admitted(intent: dict[str, Any], metered: Metered) -> Generator[Command, Any
     intent["reserve"] = reserve
     over: Overrun | None = yield AppendAdmitted(intent, specs)
     return over
+
+
+def admit(log: Any, cmd: AppendAdmitted) -> Overrun | None:
+    """Carry out :class:`AppendAdmitted` on ``log``, blocking (the drivers' half).
+
+    A file log admits the intent inside its group commit (``WALWriter.admit``); a
+    log without that takes its append lock for it (``wal/admission.py``).
+    """
+    by = str(getattr(log, "owner", "?"))
+    own = getattr(log, "admit", None)
+    if own is not None:
+        return cast("Overrun | None", own(cmd.record, cmd.specs, by=by))
+    from .wal.admission import append_admitted
+
+    return append_admitted(log, cmd.record, cmd.specs, by=by)
+
+
+async def admit_async(log: Any, cmd: AppendAdmitted) -> Overrun | None:
+    """:func:`admit` without blocking the event loop."""
+    own = getattr(log, "admit_async", None)
+    if own is None:
+        return await asyncio.to_thread(admit, log, cmd)
+    return cast(
+        "Overrun | None", await own(cmd.record, cmd.specs, by=str(getattr(log, "owner", "?")))
+    )

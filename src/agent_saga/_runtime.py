@@ -33,6 +33,7 @@ from ._commands import (
     Submit,
 )
 from ._engine import Step
+from ._metering import admit, admit_async
 from ._types import RetryPolicy
 from ._undo import jsonable
 from .errors import LeaseLost, SagaUsageError, SecretInKwargs
@@ -437,7 +438,7 @@ def drive_sync(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
             elif kind is AppendFenced:
                 run.log().append_fenced(cmd.record)  # type: ignore[union-attr]
             elif kind is AppendAdmitted:
-                send = _admit(run, cmd)  # type: ignore[arg-type]
+                send = admit(run.log(), cmd)  # type: ignore[arg-type]
             elif kind is Approve:
                 send = _call_blocking(cmd.approver, (cmd.request,), {})  # type: ignore[union-attr]
             else:
@@ -471,7 +472,7 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
             elif kind is AppendFenced:
                 await asyncio.to_thread(run.log().append_fenced, cmd.record)  # type: ignore[union-attr]
             elif kind is AppendAdmitted:
-                send = await asyncio.to_thread(_admit, run, cmd)  # type: ignore[arg-type]
+                send = await admit_async(run.log(), cmd)  # type: ignore[arg-type]
             elif kind is Approve:
                 approver = cmd.approver  # type: ignore[union-attr]
                 if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(
@@ -488,14 +489,6 @@ async def drive_async(gen: Generator[Command, Any, Any], run: LogSource) -> Any:
                 await asyncio.sleep(cmd.seconds)  # type: ignore[union-attr]
         except BaseException as exc:  # handed to the protocol, which decides
             throw = exc
-
-
-def _admit(run: LogSource, cmd: AppendAdmitted) -> Any:
-    """Append a metered intent under the log's lock if its limits allow (wal/admission.py)."""
-    from .wal.admission import append_admitted
-
-    log = run.log()
-    return append_admitted(log, cmd.record, cmd.specs, by=str(getattr(log, "owner", "?")))
 
 
 async def _forwarding(run: Run, cmd: Forward) -> Any:

@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import LeaseLost, WALWriteFailed
 
@@ -98,7 +99,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.event = _Latch()
-        self.frames: list[bytes] = []
+        self.frames: list[Any] = []  # encoded frames; a metered intent (admission.Metered)
         self.leader = 0  # thread id of a sync caller that writes this batch itself
         self.error: BaseException | None = None
         self.done = False

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO
 
 from .._crash import crashpoint
 from ..errors import LeaseLost, SagaUsageError, WALWriteFailed
@@ -21,7 +23,11 @@ from ._batch import _Batch
 from ._batch import _fresh as _waiter_error
 from ._log_file import LogFile
 from ._queue import QueueWriter
+from .admission import Metered, admit_frames_locked
+from .format import encode_record
 from .lease import OwnLease
+from .reader import Damage, Record, scan, scan_open
+from .salt import SaltPool
 
 __all__ = ["INLINE_BATCH", "FileBatches"]
 
@@ -42,7 +48,10 @@ class FileBatches(QueueWriter, LogFile):
     lease stops being trusted (monotonic).
     """
 
-    _pending: list[bytes]
+    _pending: list[bytes | Metered]
+    _admit_file: BinaryIO | None = None  # kept open to read others' appends for admissions
+    _admit_generation: int = -1
+    _salts: SaltPool
     _wanted: bool
     _kicks: set[asyncio.AbstractEventLoop]
     _loop_handoff: bool
@@ -58,7 +67,7 @@ class FileBatches(QueueWriter, LogFile):
 
     def _enqueue(
         self,
-        data: bytes,
+        data: bytes | Metered,
         fut: asyncio.Future[None] | None,
         loop: asyncio.AbstractEventLoop | None,
         block: bool = True,
@@ -187,16 +196,27 @@ class FileBatches(QueueWriter, LogFile):
             batch.frames = []
             self._complete(batch)
 
-    def _write_batch(self, frames: list[bytes]) -> BaseException | None:
-        data = b"".join(frames)
+    def _write_batch(self, frames: list[bytes | Metered]) -> BaseException | None:
+        try:
+            data = b"".join(frames)  # type: ignore[arg-type]
+            metered = False
+        except TypeError:  # metered intents: judged below, holding the lock
+            data, metered = b"", True
         try:
             self._plock.acquire()
             locked = True
             self._io_lock.acquire()
             try:
                 self._ensure_lease_locked()
+                prepared = None
+                if metered:
+                    prepared = self._prepare_append_locked()  # finds the end of the data
+                    frames = self._admit_locked(frames)  # type: ignore[assignment]
+                    data = b"".join(frames)  # type: ignore[arg-type]
+                    if not data and not prepared:  # every intent refused: nothing to write
+                        return None
                 crashpoint("wal.before_write")
-                self._write_locked(data)
+                self._write_locked(data, prepared)
                 crashpoint("wal.after_write")
                 # Other processes may append while we fsync: fsync covers our bytes either way.
                 self._plock.release()
@@ -224,6 +244,34 @@ class FileBatches(QueueWriter, LogFile):
             err.__cause__ = exc
             return err
         return None
+
+    def _admit_locked(self, frames: list[bytes | Metered]) -> list[bytes]:
+        """Admit the batch's metered intents against the log's usage (``wal/admission.py``).
+
+        Called holding the append lock: what other processes appended is read from
+        the file, so no one can append between the check and the write.
+        """
+        encryptor = self._encryptor
+        salts = self._salts
+        end = self._known_end  # where the data ends: the zeros of format 2 are not read
+        f = self._admit_file
+        if f is None or self._admit_generation != self._generation:
+            if f is not None:
+                f.close()
+            f = self._admit_file = open(self.path, "rb", buffering=0)  # noqa: SIM115
+            self._admit_generation = self._generation
+
+        def read_from(offset: int) -> Iterator[Record | Damage]:
+            if end is None:
+                return scan(self.path, start=offset, decryptor=encryptor)
+            return scan_open(f, self.path, start=offset, end=end, decryptor=encryptor)
+
+        def encode(record: Mapping[str, Any]) -> bytes:
+            return encode_record(record, encryptor, salts.for_record(record))
+
+        return admit_frames_locked(
+            self, frames, read_from, time.time(), encode, generation=self._generation
+        )
 
     def _batch_done_locked(self) -> None:
         self._writing = False

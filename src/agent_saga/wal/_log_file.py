@@ -83,14 +83,16 @@ class LogFile:
         else:
             self._io.fsync(self._fd)
 
-    def _write_locked(self, data: bytes) -> None:
+    def _write_locked(self, data: bytes, prepared: bytes | None = None) -> None:
         """Append ``data`` at the end of valid data (called holding the process lock).
 
         A write that fails part-way is cut back off (format 1) or zeroed again
         (format 2), so a failed batch never leaves a partial frame for later batches
         to bury mid-file (docs/log-format.md §3).
         """
-        data = self._prepare_append_locked() + data
+        # ``prepared``: what _prepare_append_locked returned to a caller that had to
+        # know the end of the data first (a batch admitting metered intents).
+        data = (self._prepare_append_locked() if prepared is None else prepared) + data
         start = self._known_end
         if self._format == FORMAT_PREALLOCATED:
             assert start is not None  # _prepare_append_locked always finds it in format 2

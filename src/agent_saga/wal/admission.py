@@ -30,7 +30,7 @@ from ..errors import SagaUsageError
 from .limits import LimitSpec, Overrun, UsageFold
 from .reader import Damage
 
-__all__ = ["UsageUnreadable", "append_admitted"]
+__all__ = ["Metered", "UsageUnreadable", "admit_frames_locked", "append_admitted", "new_ask"]
 
 
 class UsageUnreadable(SagaUsageError):
@@ -55,6 +55,7 @@ class _Meters:
 
     fold: UsageFold = field(default_factory=UsageFold)
     position: int = 0
+    generation: object = None  # the file's replacement generation the fold was read from
     damaged_at: int | None = None
     queue: list[_Ask] = field(default_factory=list)
     leading: bool = False
@@ -65,8 +66,106 @@ _METERS: weakref.WeakKeyDictionary[Any, _Meters] = weakref.WeakKeyDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
 
-def _catch_up(meters: _Meters, handle: Any) -> None:
-    for item in handle.read_from(meters.position):
+@dataclass(slots=True)
+class Metered:
+    """A metered intent in a file writer's batch: written only if its ``ask`` is admitted.
+
+    The batch's writer judges it holding the append lock
+    (:func:`admit_frames_locked`): the intent joins the batch's group commit — no
+    lock, read or fsync of its own.
+    """
+
+    frame: bytes
+    ask: _Ask
+
+
+def new_ask(record: Mapping[str, Any], specs: Mapping[str, LimitSpec], by: str) -> _Ask:
+    """The admission request of one metered intent (its verdict: :func:`verdict`)."""
+    return _Ask(record, specs, by)
+
+
+def verdict(ask: _Ask) -> Overrun | None:
+    """An ask's verdict: None once written; the :class:`Overrun` that refused it; or raise."""
+    return _verdict(ask)
+
+
+def _meters_of(writer: Any) -> _Meters:
+    with _REGISTRY_LOCK:
+        meters = _METERS.get(writer)
+        if meters is None:
+            meters = _METERS[writer] = _Meters()
+        return meters
+
+
+def _damage_error(meters: _Meters) -> UsageUnreadable | None:
+    if meters.damaged_at is None:
+        return None
+    return UsageUnreadable(
+        f"the log is damaged at offset {meters.damaged_at}, where limit usage may have "
+        "been lost; metered calls are refused until it is repaired (agent-saga wal verify)"
+    )
+
+
+def admit_frames_locked(
+    writer: Any,
+    frames: list[bytes | Metered],
+    read_from: Any,
+    now: float,
+    encode: Any,
+    *,
+    generation: object = None,
+) -> list[bytes]:
+    """Judge a batch's metered intents; return the frames to write, in order.
+
+    Called by the file writer holding the append lock, before it writes the batch:
+    catches the writer's usage up with what every process appended (``read_from``,
+    as ``ExclusiveHandle.read_from``), then admits each metered intent against that
+    usage plus the intents before it in the batch. A refused intent is dropped (its
+    ask holds the :class:`Overrun`); an admitted one is written, preceded by the
+    declaration of a limit the log has not seen (``encode`` makes its frame). A log
+    whose usage cannot be read refuses every metered intent (``UsageUnreadable``)
+    and the batch's other records are written as usual. ``generation`` names the
+    file read: when compaction replaced it, the usage is read again from its start
+    (compaction carries open windows' use forward in ``limit_carry`` records).
+    """
+    meters = _meters_of(writer)
+    if meters.generation != generation:  # compaction replaced the file: read it afresh
+        meters.fold, meters.position, meters.damaged_at = UsageFold(), 0, None
+        meters.generation = generation
+    asks = [f.ask for f in frames if isinstance(f, Metered)]
+    try:
+        _catch_up(meters, read_from)
+        error = _damage_error(meters)
+    except Exception as exc:  # the usage cannot be read: fail closed, keep the rest
+        error = UsageUnreadable(f"the log's limit usage could not be read ({exc!r})")
+    out: list[bytes] = []
+    pending: dict[tuple[str, str | None], float] = {}
+    declared = set(meters.fold.digests)
+    for f in frames:
+        if not isinstance(f, Metered):
+            out.append(f)
+            continue
+        ask = f.ask
+        if error is not None:
+            ask.error = error
+            continue
+        try:
+            ask.over = meters.fold.admit(ask.record["reserve"], ask.specs, now, pending=pending)
+            if ask.over is None:
+                for spec in ask.specs.values():
+                    if spec.digest not in declared:
+                        declared.add(spec.digest)
+                        out.append(encode(spec.declaration(ask.by, now)))
+                out.append(f.frame)
+        except Exception as exc:  # a malformed request refuses itself, not the batch
+            ask.error = exc
+    for ask in asks:
+        ask.done = True
+    return out
+
+
+def _catch_up(meters: _Meters, read_from: Any) -> None:
+    for item in read_from(meters.position):
         if isinstance(item, Damage):
             if item.kind != "torn_tail" and meters.damaged_at is None:
                 meters.damaged_at = item.offset
@@ -108,10 +207,7 @@ def append_admitted(
             f"budgets and rate limits need a durable log shared under a lock; "
             f"{type(writer).__name__} has none (use a file or PostgreSQL WAL)"
         )
-    with _REGISTRY_LOCK:
-        meters = _METERS.get(writer)
-        if meters is None:
-            meters = _METERS[writer] = _Meters()
+    meters = _meters_of(writer)
     ask = _Ask(record, specs, by)
     with meters.cond:
         meters.queue.append(ask)
@@ -150,13 +246,10 @@ def _verdict(ask: _Ask) -> Overrun | None:
 def _admit_batch(writer: Any, meters: _Meters, batch: list[_Ask]) -> None:
     try:
         with writer.exclusive() as x:
-            _catch_up(meters, x)
-            if meters.damaged_at is not None:
-                raise UsageUnreadable(
-                    f"the log is damaged at offset {meters.damaged_at}, where limit usage "
-                    "may have been lost; metered calls are refused until it is repaired "
-                    "(agent-saga wal verify)"
-                )
+            _catch_up(meters, x.read_from)
+            damaged = _damage_error(meters)
+            if damaged is not None:
+                raise damaged
             now = float(x.now())
             pending: dict[tuple[str, str | None], float] = {}
             declared = set(meters.fold.digests)

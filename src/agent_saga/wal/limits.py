@@ -25,12 +25,14 @@ inside their windows, not the log: entries are pruned once their window has pass
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
+from fractions import Fraction
 from typing import Any, Final, Literal
 
 from . import records as R
@@ -87,8 +89,7 @@ class LimitSpec:
     @property
     def digest(self) -> str:
         """16 hex of the sha256 of the canonical definition: equal definitions, equal digest."""
-        canonical = json.dumps(self.definition(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return _digest(self)
 
     def definition(self) -> dict[str, Any]:
         """The definition's fields as logged in ``limit_declared`` (without who and when)."""
@@ -171,6 +172,12 @@ class LimitSpec:
         return entry_period == self.period(now)
 
 
+@functools.lru_cache(maxsize=1024)
+def _digest(spec: LimitSpec) -> str:
+    canonical = json.dumps(spec.definition(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 _CLOCK_SLACK: Final = 30.0  # clocks of writers sharing a log may differ this much (fail closed)
 _ZONES: dict[str, tzinfo] = {}
 
@@ -197,9 +204,88 @@ class _Entry:
 
 
 @dataclass(slots=True)
+class _Total:
+    """A meter's running total by one window, exact, valid for ``now`` in ``[lo, hi)``.
+
+    Which entries a window counts changes only at an entry's entry or exit time
+    (sliding) or at a period's boundary (calendar, keyed by ``period``): between
+    those, the total is updated as entries are added or change state, instead of
+    re-summing the window at every admission. Sums are exact (``Fraction`` of the
+    logged floats), so a total kept up to date and one summed afresh are equal.
+    """
+
+    lo: float
+    hi: float
+    period: str | None
+    used: Fraction | int
+    held: Fraction | int
+
+    def counts(self, e: _Entry, window: float | None) -> bool:
+        """Whether ``e`` is counted over ``[lo, hi)``, shrinking ``hi`` to keep that true."""
+        if window is None:
+            return e.period == self.period
+        enter, leave = e.ts - _CLOCK_SLACK, e.ts + window
+        if enter <= self.lo < leave:
+            self.hi = min(self.hi, leave)
+            return True
+        if self.lo < enter:
+            self.hi = min(self.hi, enter)
+        return False
+
+    def add(self, state: str, amount: float, sign: int = 1) -> None:
+        """Count ``amount`` in ``state`` (``sign`` -1: stop counting it)."""
+        if state != HELD and state != CONSUMED:
+            return
+        # Exact: whole amounts (cents, calls) as ints, the rest as Fractions.
+        delta = int(amount) if amount.is_integer() else Fraction(amount)
+        if sign < 0:
+            delta = -delta
+        if state == HELD:
+            self.held += delta
+        else:
+            self.used += delta
+
+
+#: A window as totals see it: (seconds, calendar, time zone).
+_WindowKey = tuple[float | None, str | None, str]
+
+
+@dataclass(slots=True)
 class _Meter:
     entries: list[_Entry] = field(default_factory=list)
     newest: float = 0.0
+    totals: dict[_WindowKey, _Total] = field(default_factory=dict)
+
+    def append(self, entry: _Entry) -> None:
+        """Add an entry, and to every running total that counts it."""
+        self.entries.append(entry)
+        self.newest = max(self.newest, entry.ts)
+        for (window, _cal, _tz), t in self.totals.items():
+            if t.counts(entry, window):
+                t.add(entry.state, entry.amount)
+
+    def restate(self, entry: _Entry, state: str) -> None:
+        """Move an entry to ``state``, in every running total that counts it."""
+        if state == entry.state:
+            return
+        for (window, _cal, _tz), t in self.totals.items():
+            if t.counts(entry, window):
+                t.add(entry.state, entry.amount, -1)
+                t.add(state, entry.amount)
+        entry.state = state
+
+    def total(self, spec: LimitSpec, now: float, period: str | None) -> _Total:
+        """The running total of ``spec``'s window at ``now`` (summed afresh when stale)."""
+        key = (spec.window, spec.calendar, spec.tz)
+        t = self.totals.get(key)
+        if t is not None and t.lo <= now < t.hi and t.period == period:
+            return t
+        t = _Total(now, math.inf, period, 0, 0)
+        for e in self.entries:
+            if t.counts(e, spec.window):
+                t.add(e.state, e.amount)
+        self.totals[key] = t
+        return t
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,22 +424,20 @@ class UsageFold:
         for r in rec["reserve"]:
             meter = (str(r["limit"]), None if r.get("key") is None else str(r["key"]))
             entry = _Entry(ts, float(r["amount"]), r.get("period"))
-            m = self._meters.setdefault(meter, _Meter())
-            m.entries.append(entry)
-            m.newest = max(m.newest, ts)
+            self._meters.setdefault(meter, _Meter()).append(entry)
             held.append((attempt, meter, entry))
 
     def _settle(
         self, rec: Mapping[str, Any], state: str, *, attempt: Any, only: str | None = None
     ) -> None:
         entries = self._steps.get((str(rec["saga"]), int(rec["step"])))
-        for att, _meter, entry in entries or ():
+        for att, meter, entry in entries or ():
             if attempt is not None and att != int(attempt):
                 continue
             if only is not None and entry.state != only:
                 continue
             if entry.state == HELD:
-                entry.state = state
+                self._restate(meter, entry, state)
 
     def _credit(self, rec: Mapping[str, Any]) -> None:
         entries = self._steps.get((str(rec["saga"]), int(rec["step"])))
@@ -362,14 +446,20 @@ class UsageFold:
                 continue  # only what committed is compensated; an unknown attempt stays held
             spec = self.declared.get(meter[0])
             if spec is not None and spec.net:
-                entry.state = CREDITED
+                self._restate(meter, entry, CREDITED)
+
+    def _restate(self, meter: tuple[str, str | None], entry: _Entry, state: str) -> None:
+        m = self._meters.get(meter)
+        if m is None:  # pruned: no window counts it any more
+            entry.state = state
+        else:
+            m.restate(entry, state)
 
     def _carry(self, rec: Mapping[str, Any]) -> None:
         meter = (str(rec["limit"]), None if rec.get("key") is None else str(rec["key"]))
         m = self._meters.setdefault(meter, _Meter())
         for ts, amount in rec["used"]:
-            m.entries.append(_Entry(float(ts), float(amount), rec.get("period"), CONSUMED))
-            m.newest = max(m.newest, float(ts))
+            m.append(_Entry(float(ts), float(amount), rec.get("period"), CONSUMED))
 
     def prune(self, now: float) -> None:
         """Drop entries no window can count any more at ``now`` or later."""
@@ -379,7 +469,10 @@ class UsageFold:
             horizon = longest.get(meter[0])
             if horizon is None:
                 continue  # an undeclared limit: keep everything (fail closed)
-            m.entries = [e for e in m.entries if e.ts > now - horizon]
+            kept = [e for e in m.entries if e.ts > now - horizon]
+            if len(kept) != len(m.entries):
+                m.entries = kept
+                m.totals.clear()  # summed afresh at the next judgement
             if not m.entries:
                 dead.append(meter)
         for meter in dead:
@@ -395,16 +488,12 @@ class UsageFold:
 
     def usage(self, spec: LimitSpec, key: str | None, now: float) -> Usage:
         """The meter ``(spec.name, key)``'s use in the window holding ``now``, by ``spec``."""
-        used = held = 0.0
+        period = spec.period(now)
         m = self._meters.get((spec.name, key))
-        for e in m.entries if m is not None else ():
-            if e.state not in _COUNTED or not spec.counts_at(e.ts, e.period, now):
-                continue
-            if e.state == HELD:
-                held += e.amount
-            else:
-                used += e.amount
-        return Usage(spec.name, key, used, held, spec.max, spec.period(now))
+        if m is None:
+            return Usage(spec.name, key, 0.0, 0.0, spec.max, period)
+        t = m.total(spec, now, period)
+        return Usage(spec.name, key, float(t.used), float(t.held), spec.max, period)
 
     def admit(
         self,

@@ -160,7 +160,10 @@ class _Window:
     def fill(self, upto: int) -> bool:
         """Buffer bytes up to ``upto``; False when the file ends before it."""
         while self.base + len(self.buf) < upto and not self.eof:
-            chunk = self.f.read(max(_CHUNK, upto - self.base - len(self.buf)))
+            want = max(_CHUNK, upto - self.base - len(self.buf))
+            if self.limit is not None:  # never read past a known end
+                want = min(want, max(self.limit - self.base - len(self.buf), 0)) or 1
+            chunk = self.f.read(want)
             if chunk:
                 self.buf += chunk
                 if self.limit is not None and self.end() >= self.limit:
@@ -196,7 +199,11 @@ _VALID, _INVALID, _INCOMPLETE, _EOF = 0, 1, 2, 3
 
 
 def scan(
-    path: str | os.PathLike[str], *, start: int = 0, decryptor: Decryptor | None = None
+    path: str | os.PathLike[str],
+    *,
+    start: int = 0,
+    decryptor: Decryptor | None = None,
+    end: int | None = None,
 ) -> Iterator[Record | Damage]:
     """Yield every valid record and every damaged region of a WAL, in file order.
 
@@ -206,6 +213,8 @@ def scan(
             ``Record.end``; anything else resynchronises at the next magic).
         decryptor: Opens encrypted frames. When None and an encrypted frame is met,
             the key from ``AGENT_SAGA_WAL_KEY`` is used.
+        end: Where the valid data is known to end (a writer holding the append lock
+            knows it): nothing at or beyond it is read.
 
     Yields:
         ``Record`` for each valid frame, ``Damage`` for each damaged region.
@@ -220,18 +229,28 @@ def scan(
     except FileNotFoundError:
         return
     with f:
-        yield from _scan_file(f, os.fspath(path), start, decryptor)
+        yield from _scan_file(f, os.fspath(path), start, decryptor, end)
+
+
+def scan_open(
+    f: IO[bytes], path: str, *, start: int, end: int, decryptor: Decryptor | None = None
+) -> Iterator[Record | Damage]:
+    """:func:`scan` of ``[start, end)`` through a file the caller keeps open (unbuffered)."""
+    return _scan_file(f, path, start, decryptor, end)
 
 
 def _scan_file(
-    f: IO[bytes], path: str, start: int, decryptor: Decryptor | None
+    f: IO[bytes], path: str, start: int, decryptor: Decryptor | None, end: int | None = None
 ) -> Iterator[Record | Damage]:
     w = _Window(f, start)
+    if end is not None:
+        w.set_limit(end)
     pos = start
     damage_start: int | None = None
     damage_detail = ""
     torn_at: int | None = None
-    prealloc = log_format(f.fileno()) == FORMAT_PREALLOCATED
+    # With a known end, the zeros after the data are never read: the layout is moot.
+    prealloc = end is None and log_format(f.fileno()) == FORMAT_PREALLOCATED
     while True:
         w.drop_before(pos)
         status, end, detail, data, blob = _frame_at(w, pos)

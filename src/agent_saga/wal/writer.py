@@ -34,9 +34,11 @@ from ._batch import _fresh as _waiter_error
 from ._file_batches import INLINE_BATCH, FileBatches
 from ._queue import Backpressure, check_queue_args
 from ._writers import Registry
+from .admission import Metered, new_ask, verdict
 from .exclusive import ExclusiveHandle
 from .format import Encryptor, encode_record
 from .lease import OwnLease, ProcessLock
+from .limits import LimitSpec, Overrun
 from .records import ESCALATED
 from .salt import SaltPool
 from .tail import FORMAT_APPEND, FORMAT_PREALLOCATED
@@ -134,7 +136,7 @@ class WALWriter(FileBatches):
         # processes may consider it expired (covers scheduling delay and small clock skew).
         self._margin = lease_seconds / 5
 
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | Metered] = []
         # True once someone waits for the pending records (a waited append, a flush):
         # only then is the flusher woken. Records that were only submitted (saga_begin)
         # wait for the next batch instead of costing an fsync of their own.
@@ -331,6 +333,54 @@ class WALWriter(FileBatches):
             await loop.run_in_executor(None, self._enqueue, data, fut, loop)
         await fut
 
+    def admit(
+        self, record: Mapping[str, Any], specs: Mapping[str, LimitSpec], *, by: str
+    ) -> Overrun | None:
+        """Append a metered intent if its limits allow, in the next group commit.
+
+        The batch's writer judges it holding the append lock, against what every
+        process appended (``wal/admission.py``): no lock, read or fsync of its own.
+
+        Returns:
+            None once the intent is durable; the first limit it would exceed otherwise
+            (nothing was written).
+
+        Raises:
+            UsageUnreadable: the log's usage cannot be read (fail closed).
+            WALWriteFailed, LeaseLost, WALFull, SagaUsageError: as for :meth:`append`.
+        """
+        self._not_in_exclusive()
+        ask = new_ask(record, specs, by)
+        data = encode_record(record, self._encryptor, self._salts.for_record(record))
+        batch = self._enqueue(Metered(data, ask), None, None, lead=True)
+        if batch.leader == threading.get_ident():
+            self._write_and_complete(batch)
+        else:
+            batch.event.wait()
+        if batch.error is not None:
+            raise _waiter_error(batch.error, self.path) from batch.error.__cause__
+        return verdict(ask)
+
+    async def admit_async(
+        self, record: Mapping[str, Any], specs: Mapping[str, LimitSpec], *, by: str
+    ) -> Overrun | None:
+        """Like :meth:`admit`, but awaits without blocking the event loop."""
+        self._not_in_exclusive()
+        ask = new_ask(record, specs, by)
+        metered = Metered(
+            encode_record(record, self._encryptor, self._salts.for_record(record)), ask
+        )
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        try:
+            self._enqueue(metered, fut, loop, block=False, kick=True)
+        except WALFull:
+            if not self._block:
+                raise
+            await loop.run_in_executor(None, self._enqueue, metered, fut, loop)
+        await fut
+        return verdict(ask)
+
     def flush(self) -> None:
         """Block until everything submitted so far is durable.
 
@@ -389,6 +439,8 @@ class WALWriter(FileBatches):
                     self._lease.release()
         with self._io_lock, contextlib.suppress(OSError):
             os.close(self._fd)
+            if self._admit_file is not None:
+                self._admit_file.close()
         self._plock.close()
         _writers.forget(self)
         self._raise_unreported()

@@ -56,6 +56,13 @@ def add_undo_command(
         help="import MODULE first (it registers the compensation handlers); repeatable",
     )
     undo.add_argument(
+        "--plan",
+        dest="expect_plan",
+        default=None,
+        metavar="SHA256",
+        help="undo only if the plan is still this one (the digest a --dry-run printed)",
+    )
+    undo.add_argument(
         "--claim-seconds",
         type=positive_seconds,
         default=60.0,
@@ -87,6 +94,7 @@ def cmd_undo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         dry_run=args.dry_run,
         from_step=args.from_step,
         claim_seconds=args.claim_seconds,
+        expect_plan=args.expect_plan,
     )
     code = EXIT_OK if plan.dry_run or plan.outcome == "undone" else EXIT_ESCALATED
     if args.json:

@@ -32,7 +32,7 @@ from ._runtime import drive_sync
 from ._types import Compensation, RetryPolicy
 from ._undo import StepFacts, Target, escalate, undo_durable_step
 from ._undo_plan import CANNOT_UNDO, PlannedStep, UndoPlan, plan_digest, plan_undo
-from .errors import SagaUsageError
+from .errors import SagaUsageError, UndoPlanChanged
 from .gate import current_user
 from .secrets import redact
 from .wal import records as R
@@ -325,6 +325,15 @@ class Undoer:
         return outcome, results
 
 
+def _check_plan(digest: str, expected: str | None) -> None:
+    if expected is not None and digest != expected:
+        raise UndoPlanChanged(
+            f"the undo plan changed since it was confirmed (it is now {digest}: another "
+            "undo, or new records); nothing was undone — review the new plan (--dry-run)",
+            plan=digest,
+        )
+
+
 def _refuse_if_halted(store: LogStore, view: SagaView, encryptor: Any) -> None:
     """An undo moves money back: a halt that covers it refuses it (``docs/governance.md``)."""
     if store.kind != "file":
@@ -401,6 +410,7 @@ def _request_and_run(
     claim_seconds: float,
     retry: RetryPolicy | None,
     encryptor: Any,
+    expect_plan: str | None = None,
 ) -> tuple[str | None, dict[int, str]]:
     """Write ``undo_requested`` and a claim under the append lock, then undo."""
     saga_id, undo = plan.saga_id, plan.undo
@@ -416,6 +426,9 @@ def _request_and_run(
         conflict = _conflict(view, undo, plan.steps, now)
         if conflict is not None:
             raise SagaUsageError(conflict)
+        if expect_plan is not None:
+            steps = plan_undo(view, undo, plan.from_step)
+            _check_plan(plan_digest(saga_id, undo, plan.from_step, steps), expect_plan)
         mine = _find(view, undo)
         records: list[Mapping[str, Any]] = []
         fence = 1
@@ -467,6 +480,7 @@ def undo_saga(
     claim_seconds: float = 60.0,
     compensation_retry: RetryPolicy | None = None,
     encryptor: Any = None,
+    expect_plan: str | None = None,
 ) -> UndoPlan:
     """Undo a saga that already committed: compensate its steps newest first, exactly once.
 
@@ -485,6 +499,9 @@ def undo_saga(
             may take the undo over (renewed while work goes on).
         compensation_retry: Attempts and backoff per compensation before escalating.
         encryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+        expect_plan: The digest of the plan the person confirmed (a dry run's
+            ``digest``): the undo starts only if the plan is still that one, checked
+            under the append lock with the ``undo_requested`` record's write.
 
     Returns:
         The plan; after a real undo with its ``outcome`` and per-step ``results``.
@@ -493,6 +510,7 @@ def undo_saga(
         SagaUsageError: an empty reason, an unknown saga, a saga not committed (in
             flight, rolled back), ``from_step`` out of range, an undo of an
             overlapping step already open or done (the message says whose).
+        UndoPlanChanged: ``expect_plan`` is not the plan any more; nothing was written.
     """
     if not reason or not reason.strip():
         raise SagaUsageError("undo needs a --reason saying why (it is recorded)")
@@ -532,6 +550,7 @@ def undo_saga(
         raise SagaUsageError(conflict)
     if dry_run:
         return plan
+    _check_plan(plan.digest, expect_plan)
     _refuse_if_halted(store, view, encryptor)
     plan.dry_run = False
     detail: dict[str, str | int] = {"undo": undo}
@@ -539,7 +558,14 @@ def undo_saga(
         detail["from_step"] = from_step
     with _observe.recovering(saga_id, view.name, view.trace, who, operation="undo", detail=detail):
         outcome, results = _request_and_run(
-            store, reader, plan, identity, claim_seconds, compensation_retry, encryptor
+            store,
+            reader,
+            plan,
+            identity,
+            claim_seconds,
+            compensation_retry,
+            encryptor,
+            expect_plan,
         )
     plan.outcome = outcome
     plan.results = results

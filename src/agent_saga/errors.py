@@ -47,6 +47,7 @@ __all__ = [
     "SagaError",
     "SagaUsageError",
     "SecretInKwargs",
+    "UndoPlanChanged",
     "WALAnchorInvalid",
     "WALAuthenticationFailed",
     "WALCorrupted",
@@ -76,6 +77,19 @@ class SagaError(Exception):
 
 class SagaUsageError(SagaError, TypeError):
     """The library was called in a way it does not support; the message says how to fix it."""
+
+
+class UndoPlanChanged(SagaUsageError):
+    """The undo plan is no longer the one confirmed (``expect_plan``): nothing was undone.
+
+    Attributes:
+        plan: The plan's digest now (review it, then confirm that one).
+    """
+
+    def __init__(self, message: str, *, plan: str) -> None:
+        """Record the current plan's digest with the message."""
+        super().__init__(message)
+        self.plan = plan
 
 
 class NoActiveSaga(SagaUsageError):

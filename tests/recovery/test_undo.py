@@ -123,6 +123,26 @@ def test_the_dry_run_plan_is_what_the_real_undo_then_does(world: World) -> None:
     assert real["results"] == {"3": "compensated", "2": "compensated", "1": "compensated"}
 
 
+def test_an_undo_bound_to_a_plan_that_changed_is_refused_and_writes_nothing(
+    world: World,
+) -> None:
+    sid = committed(world, ["a", "b", "c"])
+    whole = undo_json(world, sid, "--dry-run")["plan"]
+    tail = undo_json(world, sid, "--dry-run", "--from-step", "3")["plan"]
+    assert undo_json(world, sid, "--from-step", "3", "--plan", tail)["outcome"] == "undone"
+    size = len(everything(world))
+    stale = undo(world, sid, "--plan", whole)  # confirmed before step 3 was undone
+    assert stale.returncode == 2, stale.stderr
+    assert "the undo plan changed" in stale.stderr
+    assert len(stale.stderr.strip().splitlines()) == 1
+    assert len(everything(world)) == size, "nothing was written"
+    assert world.calls() == ["c"]
+    fresh = undo_json(world, sid, "--dry-run")["plan"]
+    assert fresh != whole
+    assert undo_json(world, sid, "--plan", fresh)["outcome"] == "undone"
+    assert world.calls() == ["c", "b", "a"]
+
+
 def test_from_step_undoes_only_the_tail_and_a_later_undo_the_rest(world: World) -> None:
     sid = committed(world, ["a", "b", "c"])
     tail = undo_json(world, sid, "--from-step", "2")

@@ -160,6 +160,7 @@ def _headers_ok(headers: dict[str, str]) -> None:
         ("/", True),
         ("/", False),
         ("/static/app.js", True),
+        ("/static/undo.js", True),
         ("/static/app.css", False),
         ("/api/v1/meta", True),
         ("/api/v1/meta", False),
@@ -187,10 +188,18 @@ def test_the_page_has_no_inline_script_or_style_and_no_external_resource(served_
     assert "http://" not in html
     assert "https://" not in html
     assert "//" not in html.replace("://", "")
-    _, _, js = served_world.request("GET", "/static/app.js")
-    for banned in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"eval(", b"new Function"):
-        assert banned not in js
-    assert b"document.write" not in js
+    for name in ("app.js", "undo.js"):
+        _, _, js = served_world.request("GET", f"/static/{name}")
+        assert b"textContent" in js or b"text: " in js
+        for banned in (
+            b"innerHTML",
+            b"outerHTML",
+            b"insertAdjacentHTML",
+            b"eval(",
+            b"new Function",
+        ):
+            assert banned not in js, name
+        assert b"document.write" not in js
 
 
 TRAVERSALS = [

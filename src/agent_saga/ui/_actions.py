@@ -15,24 +15,38 @@ from ..secrets import find_secrets, redact
 from ._api import ApiError, _text
 from ._index import WalIndex
 
-__all__ = ["MAX_BY", "MAX_NOTE", "decide", "resolve"]
+__all__ = ["MAX_BY", "MAX_NOTE", "decide", "note_and_by", "resolve"]
 
 MAX_NOTE: Final = 4000
 MAX_BY: Final = 100
 
 
-def _note_and_by(body: Mapping[str, Any], default_by: str) -> tuple[str, str]:
-    note = body.get("note")
+def note_and_by(
+    body: Mapping[str, Any],
+    default_by: str | None,
+    *,
+    field: str = "note",
+    missing: str = "a note is required: say what was done or decided",
+) -> tuple[str, str | None]:
+    """The operator's text (``body[field]``) and name, checked; nothing secret passes.
+
+    Shared by every state-changing call (resolve, decide, undo).
+
+    Raises:
+        ApiError: 400 without the text, when it or the name is too long or looks
+            like a credential.
+    """
+    note = body.get(field)
     if not isinstance(note, str) or not note.strip():
-        raise ApiError(400, "a note is required: say what was done or decided")
+        raise ApiError(400, missing)
     if len(note) > MAX_NOTE:
-        raise ApiError(400, f"the note is limited to {MAX_NOTE} characters")
+        raise ApiError(400, f"the {field} is limited to {MAX_NOTE} characters")
     by = body.get("by")
     if by is None or (isinstance(by, str) and not by.strip()):
         by = default_by
-    if not isinstance(by, str) or len(by) > MAX_BY or not by.isprintable():
+    if by is not None and (not isinstance(by, str) or len(by) > MAX_BY or not by.isprintable()):
         raise ApiError(400, f"'by' must be a printable name of at most {MAX_BY} characters")
-    for text, what in ((note, "note"), (by, "name")):
+    for text, what in ((note, field), (by or "", "name")):
         found = find_secrets(text)
         if found:
             raise ApiError(
@@ -40,7 +54,13 @@ def _note_and_by(body: Mapping[str, Any], default_by: str) -> tuple[str, str]:
                 f"the {what} looks like it contains a credential ({found[0].kind}); "
                 "the log must never hold one: describe it instead",
             )
-    return note, by.strip()
+    return note, None if by is None else by.strip()
+
+
+def _note_and_by(body: Mapping[str, Any], default_by: str) -> tuple[str, str]:
+    note, by = note_and_by(body, default_by)
+    assert by is not None
+    return note, by
 
 
 def resolve(

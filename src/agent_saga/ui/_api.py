@@ -63,12 +63,14 @@ class ApiError(Exception):
     Attributes:
         status: 400, 404, 409 ...
         message: What to do, safe to show (never a secret).
+        extra: More fields of the error document (e.g. the new ``plan`` of a 409).
     """
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.extra = dict(extra or {})
 
 
 # ---- helpers -----------------------------------------------------------------------

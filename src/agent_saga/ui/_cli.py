@@ -30,6 +30,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="require this token (default: $AGENT_SAGA_UI_TOKEN); needed for a non-loopback host",
     )
     p.add_argument("--quiet", action="store_true", help="no access log lines on stderr")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it registers the compensation handlers an undo from "
+        "the page runs); repeatable",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -44,7 +53,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err: Where access lines go (unless ``--quiet``).
 
     Returns:
-        0 after Ctrl-C.
+        0 after Ctrl-C; 2 when an ``--import`` module fails to import (one line).
 
     Raises:
         SagaUsageError: a non-loopback host without a token, or a short token.
@@ -55,6 +64,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..wal.store import open_store
     from ._server import UIServer
 
+    if args.imports:
+        from ..recovery.cli import _import_modules
+
+        problem = _import_modules(args.imports)
+        if problem is not None:
+            err.write(problem.replace("saga-recoveryd:", "agent-saga ui:", 1) + "\n")
+            err.flush()
+            return 2
     store = open_store(str(args.wal_path or _config.default_wal_path()))
     token = args.token or _config.ui_token()
     server = UIServer(

@@ -43,7 +43,7 @@ from ..errors import SagaError, SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
 from ..wal.store import LogStore
-from . import _actions, _api
+from . import _actions, _api, _undo_api
 from ._access_log import MAX_CHARS as MAX_LOG_CHARS
 from ._access_log import redact_line
 from ._index import WalIndex
@@ -69,6 +69,11 @@ _TYPES: Final = {
     "svg": "image/svg+xml",
 }
 _API_ID: Final = re.compile(r"[^/]{1,256}")
+_UNDO_PLAN: Final = re.compile(r"sagas/([^/]{1,256})/undo-plan")
+_POST_ROUTE: Final = re.compile(
+    r"/api/v1/(?:(escalations)/([^/]{1,256})/resolve|(approvals)/([^/]{1,256})/decide"
+    r"|(sagas)/([^/]{1,256})/undo)"
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -341,13 +346,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
         self._send(status, body, "application/json", self._NO_STORE + extra)
 
-    def _error(self, status: int, message: str) -> None:
+    def _error(self, status: int, message: str, doc: dict[str, Any] | None = None) -> None:
         # No path when the stdlib refuses the request line itself (send_error).
         if getattr(self, "path", "").startswith("/api/"):
             extra: tuple[tuple[str, str], ...] = ()
             if status == 401:
                 extra = (("WWW-Authenticate", 'Bearer realm="agent-saga"'),)
-            self._json(status, {"error": message, "status": status}, extra)
+            self._json(status, {**(doc or {}), "error": message, "status": status}, extra)
         else:
             body = f"{status} {HTTPStatus(status).phrase}: {message}\n".encode()
             self._send(status, body, "text/plain; charset=utf-8", self._NO_STORE)
@@ -454,6 +459,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 doc = _api.sagas(index, params)
             elif route.startswith("sagas/") and _API_ID.fullmatch(route[6:]):
                 doc = _api.saga(index, unquote(route[6:]))
+            elif (m := _UNDO_PLAN.fullmatch(route)) is not None:
+                doc = _undo_api.undo_plan(
+                    index, unquote(m.group(1)), params, by=self.ui.user, encryptor=self.ui.encryptor
+                )
             elif route == "escalations":
                 doc = _api.escalations(index, params)
             elif route == "approvals":
@@ -462,7 +471,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._error(404, "no such API route; see docs/ui.md")
                 return
         except _api.ApiError as exc:
-            self._error(exc.status, exc.message)
+            self._error(exc.status, exc.message, exc.extra)
             return
         except SagaError as exc:
             self._error(503, str(redact(str(exc))))
@@ -539,25 +548,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._api_post(path, body)
 
     def _api_post(self, path: str, body: dict[str, Any]) -> None:
-        m = re.fullmatch(r"/api/v1/(escalations|approvals)/([^/]{1,256})/(resolve|decide)", path)
-        if m is None or (m.group(1), m.group(3)) not in (
-            ("escalations", "resolve"),
-            ("approvals", "decide"),
-        ):
+        m = _POST_ROUTE.fullmatch(path)
+        if m is None:
             self._error(404, "no such API route; see docs/ui.md")
             return
-        ident = unquote(m.group(2))
+        kind = m.group(1) or m.group(3) or m.group(5)
+        ident = unquote(m.group(2) or m.group(4) or m.group(6))
+        action = {"escalations": _actions.resolve, "approvals": _actions.decide}.get(kind)
         kw: dict[str, Any] = {"default_by": self.ui.user, "encryptor": self.ui.encryptor}
         try:
-            if m.group(1) == "escalations":
-                doc = _actions.resolve(self.ui.index, ident, body, **kw)
-            else:
-                doc = _actions.decide(self.ui.index, ident, body, **kw)
+            doc = (action or _undo_api.undo)(self.ui.index, ident, body, **kw)
         except _api.ApiError as exc:
-            self._error(exc.status, exc.message)
+            self._error(exc.status, exc.message, exc.extra)
             return
         except SagaError as exc:
             self._error(503, str(redact(str(exc))))
+            return
+        except Exception:  # a bug or the user's handler module: one line, no trace
+            self.server.handle_error(self.request, self.client_address)
+            self._error(500, "the server failed while carrying this out; see its log")
             return
         self._json(200, doc)
 

@@ -1,6 +1,7 @@
 // agent-saga time-travel debugger. Plain ES2020, no dependencies, no build step.
 // Every value from the log is rendered with textContent (never as HTML).
 "use strict";
+import { undoButton } from "/static/undo.js";
 
 // The saga statuses of docs/concepts.md ("States"); the server lists them in meta.statuses.
 const LABEL = {
@@ -118,7 +119,7 @@ async function api(path, opts = {}) {
   if (r.status === 401) { location.href = "/login"; throw new Error("sign in needed"); }
   let doc = null;
   try { doc = await r.json(); } catch (e) { doc = null; }
-  if (!r.ok) throw new Error((doc && doc.error) || `HTTP ${r.status}`);
+  if (!r.ok) { const err = new Error((doc && doc.error) || `HTTP ${r.status}`); err.doc = doc; throw err; }
   return doc;
 }
 
@@ -362,7 +363,7 @@ function renderSaga(c, d) {
   const cur = d.records[at];
   c.append(h("div", { class: "saga-head" },
     h("h1", { id: "saga-name", text: d.name || "(unnamed saga)" }), badge(d.status),
-    h("span", { class: "mono muted", id: "saga-id", text: d.saga })));
+    h("span", { class: "mono muted", id: "saga-id", text: d.saga }), undoButton(d, UNDO_UI)));
   const facts = h("div", { class: "facts" },
     h("span", null, "started ", h("b", { text: fmtTs(d.started) })),
     h("span", null, "duration ", h("b", { text: fmtDur(d.duration) || "–" })),
@@ -694,6 +695,9 @@ function renderApprovals(c) {
     for (const a of rest) c.append(h("div", { class: "queue-item resolved" }, h("h3", { text: `${a.tool} · ${a.state}${a.decided_by ? " by " + a.decided_by : ""}` }), h("div", { text: a.note || "" })));
   }
 }
+
+// What undo.js ("Undo this run…") uses of this page.
+const UNDO_UI = { h, clear, api, whoInput, refresh: () => { S.generation = -1; tick(); } };
 
 // ---- keyboard ---------------------------------------------------------------------
 function onKey(ev) {

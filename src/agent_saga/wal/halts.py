@@ -257,7 +257,8 @@ def halt(
     writer = store.writer(encryptor=encryptor)
     with writer.exclusive() as x:
         x.append_locked([rec])
-        _index_append(index, rec)  # under the lock, after the record is durable
+        if index is not None:
+            _index_append(index, rec)  # under the lock, after the record is durable
     fold = HaltFold()
     fold.apply(rec)
     [made] = fold.in_force()
@@ -316,19 +317,20 @@ def resume(
             "ts": time.time(),
         }
         x.append_locked([rec])
-        _index_append(index, rec)
+        if index is not None:
+            _index_append(index, rec)
     return ended
 
 
 # ---- the index gates read: <wal>.d/halts.jsonl -----------------------------------------
 
 
-def _index_of(store: LogStore) -> Path:
+def _index_of(store: LogStore) -> Path | None:
+    """A file log's halt index; None for PostgreSQL, whose gates read the log itself."""
+    if store.kind == "postgresql":
+        return None
     if store.kind != "file":
-        raise SagaUsageError(
-            "halt and resume work on file logs only in this version; a PostgreSQL log's "
-            "gates would not see the halt, so none is recorded"
-        )
+        raise SagaUsageError(f"halt and resume need a durable log, not a {store.kind} log")
     return index_path(store.location)
 
 
@@ -355,13 +357,14 @@ class _Cache:
     stamp: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of the index
     next_check: float = 0.0
     empty: bool = True  # no halt in force (the hot path reads only this and next_check)
+    cursor: int = 0  # PostgreSQL: where the next read of halt records starts
 
 
 _CACHES: dict[str, _Cache] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _cache_for(wal_path: str) -> _Cache:
+def _cache_for(wal_path: str, read: Any = None) -> _Cache:
     with _CACHE_LOCK:
         cache = _CACHES.get(wal_path)
         if cache is None:
@@ -369,6 +372,8 @@ def _cache_for(wal_path: str) -> _Cache:
     now = time.monotonic()
     if now < cache.next_check:
         return cache
+    if read is not None:
+        return _read_log(cache, read, now)
     with _CACHE_LOCK:
         cache.next_check = now + CHECK_SECONDS
         index = index_path(wal_path)
@@ -391,13 +396,32 @@ def _cache_for(wal_path: str) -> _Cache:
     return cache
 
 
+def _read_log(cache: _Cache, read: Any, now: float) -> _Cache:
+    """PostgreSQL: fold the halt records appended since the last look (one query).
+
+    A query that fails leaves the cache as it was and is tried again at the next
+    step (the step's own append then fails too, with the database's error).
+    """
+    with _CACHE_LOCK:
+        if now < cache.next_check:
+            return cache
+        records, cursor = read(cache.cursor)
+        for item in records:
+            cache.fold.apply(item.data, item.offset)
+        cache.cursor = cursor
+        cache.next_check = now + CHECK_SECONDS
+        cache.empty = not cache.fold.in_force()
+    return cache
+
+
 def halt_blocking(writer: Any, *, tool: str, saga_name: str | None) -> Halt | None:
     """The halt in force that covers a step of ``tool`` in saga ``saga_name``, or None.
 
-    Reads the log's halt index at most once per :data:`CHECK_SECONDS` (a ``stat``),
-    so a halt written by any process is seen within that time by every gate on the
-    host sharing the log. A writer without a file (PostgreSQL, the in-memory log)
-    has no halts (``halt`` refuses those logs).
+    Looks at most once per :data:`CHECK_SECONDS`, so a halt written by any process
+    is seen within that time by every gate sharing the log: on a file log by a
+    ``stat`` of the halt index beside it (every process on the host); on PostgreSQL
+    by one query for the halt records appended since (every process on every host:
+    ``halt_records`` of the writer). The in-memory test log has no halts.
     """
     path = getattr(writer, "path", None)
     if path is None:
@@ -405,7 +429,7 @@ def halt_blocking(writer: Any, *, tool: str, saga_name: str | None) -> Halt | No
     cache = _CACHES.get(path)
     if cache is not None and cache.empty and time.monotonic() < cache.next_check:
         return None  # the common case: a dict lookup and a clock read, no lock
-    cache = _cache_for(os.fspath(path))
+    cache = _cache_for(os.fspath(path), getattr(writer, "halt_records", None))
     if cache.empty:
         return None
     return cache.fold.blocking(tool=tool, saga_name=saga_name, host=_host())

@@ -42,13 +42,14 @@ from .._batch import WriterStats, _Batch
 from .._queue import Backpressure, check_queue_args
 from .._writers import Registry
 from ..format import Encryptor, encode_record
-from ..records import ESCALATED
+from ..reader import Record
+from ..records import ESCALATED, HALT, RESUME
 from ..salt import SaltPool
 from ..tail import header_record
 from ._batches import PgBatches, waiter_error
 from ._exclusive import PgExclusive
 from ._location import PgLocation, PgWriteFailed, app_name, psycopg_module
-from ._rows import LogRow, log_header_fields, read_log_row
+from ._rows import LogRow, decode_row, log_header_fields, read_log_row
 from ._schema import require_schema, sql
 
 __all__ = ["PgWriter", "open_pg_writer"]
@@ -159,7 +160,9 @@ class PgWriter(PgBatches):
         self._pending: list[tuple[str | None, bytes]] = []
         self._xlock = threading.Lock()
         self._xconn: Any = None
-        self._rconn: Any = None
+        self._rconn: Any = None  # reads the kill switch's records (halt_records)
+        self._rlock = threading.Lock()
+        self._rrow: LogRow | None = None
 
         conn = loc.connect("writer", owner=self.owner)
         try:
@@ -335,6 +338,46 @@ class PgWriter(PgBatches):
         self._conn = self._xconn = self._rconn = None
         _writers.forget(self)
         self._raise_unreported()
+
+    def halt_records(self, after: int) -> tuple[list[Record], int]:
+        """The ``halt`` and ``resume`` records appended at or after cursor ``after``.
+
+        What a gate reads, about once a second, to see a halt written by any process
+        on any host (``wal/halts.py``): only rows without a saga are fetched (halts
+        and resumes have none), through a connection of its own.
+
+        Returns:
+            The records, in order, and the cursor to read from next time.
+
+        Raises:
+            PgWALError: the database cannot be read.
+        """
+        q = sql(
+            self.loc,
+            "SELECT seq, frame FROM {s}.records WHERE log_id = %s AND seq >= %s "
+            "AND saga IS NULL ORDER BY seq",
+        )
+        with self._rlock:
+            try:
+                c = self._rconn
+                if c is None or c.closed or c.broken:
+                    c = self._rconn = self.loc.connect("read", owner=self.owner)
+                if self._rrow is None:
+                    self._rrow = read_log_row(c, self.loc)
+                row = self._rrow
+                if row is None:
+                    return [], after
+                rows = c.execute(q, (self.log_id, max(after, 1))).fetchall()
+            except self._pg.Error as exc:
+                raise self.loc.error(exc, "cannot read the log's halts") from None
+        out: list[Record] = []
+        end = after
+        for seq, frame in rows:
+            item = decode_row(int(seq), bytes(frame), self._encryptor, row, self.loc)
+            end = max(end, int(seq) + 1)
+            if isinstance(item, Record) and item.data.get("type") in (HALT, RESUME):
+                out.append(item)
+        return out, end
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[PgExclusive]:

@@ -41,7 +41,7 @@ from ._registry import is_registered
 from ._types import ActionSemantics, Compensation
 from ._undo import error_text, escalation_id, flat, jsonable, now
 from .errors import GateRefused, InvalidCompensation, LeaseLost, SecretInKwargs
-from .gate import ApprovalRequest, Decision, as_decision, run_policies
+from .gate import ApprovalRequest, Decision, Policy, as_decision, run_policies
 from .secrets import CredentialRef, assert_no_secrets, redact
 from .wal import records as R
 from .wal.halts import halt_blocking
@@ -195,9 +195,15 @@ def _precheck(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Decision | 
         assert_no_secrets(step.kwargs, path="kwargs")
     except SecretInKwargs as exc:
         return Decision.deny("secret-scan", str(exc))
-    if scope.policies:
-        return run_policies(scope.policies, _request(run, spec, step))
+    policies = _policies(scope, spec)
+    if policies:
+        return run_policies(policies, _request(run, spec, step))
     return None
+
+
+def _policies(scope: Scope, spec: ToolSpec) -> tuple[Policy, ...]:
+    """The saga's policies and the tool's own (``@tool(policies=...)``), in that order."""
+    return scope.policies + spec.policies if spec.policies else scope.policies
 
 
 def _approval(
@@ -328,7 +334,7 @@ def _durable_step(
             yield Append(_gate_record(run, step, refusal))
             raise _refusal(run, step, refusal) from None
 
-    metered = metering(scope.policies, lambda: _request(run, spec, step))
+    metered = metering(_policies(scope, spec), lambda: _request(run, spec, step))
     if isinstance(metered, Decision):
         run.side_effects -= 1
         yield Append(_gate_record(run, step, metered))
@@ -393,6 +399,7 @@ def goes_straight(scope: Scope, spec: ToolSpec) -> bool:
         and spec.handler is None
         and spec.resolver is None
         and not scope.policies
+        and not spec.policies
         and halt_blocking(scope.run.log(), tool=spec.name, saga_name=scope.run.name) is None
     )
 

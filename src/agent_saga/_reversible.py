@@ -32,9 +32,9 @@ REVERSIBLE: Final = ActionSemantics.REVERSIBLE
 
 
 def reversible_gate(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Decision | None:
-    """Run the scope's policies for a REVERSIBLE call; return the refusal, if any.
+    """Run the scope's and the tool's policies for a REVERSIBLE call; the refusal, if any.
 
-    Only called when the scope has policies: REVERSIBLE calls log nothing, so the
+    Only called when there are policies: REVERSIBLE calls log nothing, so the
     other gate checks (secrets, compensation, approval) do not apply to them.
     """
     run = scope.run
@@ -47,7 +47,8 @@ def reversible_gate(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Dec
         run.peek_step_id(),
         run.side_effects,
     )
-    return run_policies(scope.policies, request)
+    policies = scope.policies + spec.policies if spec.policies else scope.policies
+    return run_policies(policies, request)
 
 
 def reversible_begin(scope: Scope, spec: ToolSpec, args: Any, kwargs: Any) -> Step:

@@ -63,6 +63,7 @@ def _make_spec(
     idempotent: bool,
     trace_args: Iterable[str] = (),
     secret_args: Iterable[str] = (),
+    policies: Iterable[Any] = (),
 ) -> ToolSpec:
     if not isinstance(semantics, ActionSemantics):
         raise SagaUsageError(f"semantics must be an ActionSemantics member, got {semantics!r}")
@@ -92,8 +93,10 @@ def _make_spec(
         signature = None
     traced = _trace_args(trace_args, signature)
     hidden = _secret_args(secret_args, signature, traced)
+    tool_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    own = _tool_policies(tool_name, policies, signature, semantics)
     return ToolSpec(
-        name=name or getattr(fn, "__qualname__", None) or repr(fn),
+        name=tool_name,
         semantics=semantics,
         compensate=compensate,
         snapshot=snapshot,
@@ -110,7 +113,43 @@ def _make_spec(
         plain_params=plain_parameters(signature),
         trace_args=traced,
         secret_args=hidden,
+        policies=own,
     )
+
+
+def _tool_policies(
+    tool: str,
+    policies: Iterable[Any],
+    signature: inspect.Signature | None,
+    semantics: ActionSemantics,
+) -> tuple[Any, ...]:
+    """Check ``policies=``: callables; a limit's metered argument and key are parameters."""
+    from .limits import LimitPolicy
+
+    if isinstance(policies, str) or not isinstance(policies, Iterable):
+        raise SagaUsageError("policies= takes an iterable of gate policies")
+    out = tuple(policies)
+    parameters: frozenset[str] | None = None
+    if signature is not None and not any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+    ):
+        parameters = frozenset(signature.parameters) - {"idempotency_key"}
+    for policy in out:
+        if not callable(policy):
+            raise SagaUsageError(f"policy {policy!r} of tool {tool!r} is not callable")
+        if isinstance(policy, LimitPolicy):
+            if semantics is ActionSemantics.REVERSIBLE:
+                raise SagaUsageError(
+                    f"limit {policy.spec.name!r} on REVERSIBLE tool {tool!r}: such a call "
+                    "logs nothing, so nothing can meter it; limit a durable tool instead"
+                )
+            if policy.tools is not None and tool not in policy.tools:
+                raise SagaUsageError(
+                    f"limit {policy.spec.name!r} is declared on tool {tool!r} but its tools= "
+                    f"leaves that tool out; drop tools= (a tool's own limit meters it)"
+                )
+            policy.check_tool(tool, parameters)
+    return out
 
 
 def _secret_args(
@@ -231,7 +270,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 scope = current()
                 if scope is None:
                     raise _no_saga(spec)
-                if scope.policies:
+                if scope.policies or spec.policies:
                     refusal = reversible_gate(scope, spec, args, kwargs)
                     if refusal is not None:
                         await drive_async(E.refusal_protocol(scope, spec, refusal), scope.run)
@@ -269,7 +308,7 @@ def _wrap(fn: Callable[..., Any], spec: ToolSpec) -> Callable[..., Any]:
                 return _remember(
                     scope, _sync_reversible_in_async(scope, spec, fn, args, kwargs), spec
                 )
-            if scope.policies:
+            if scope.policies or spec.policies:
                 refusal = reversible_gate(scope, spec, args, kwargs)
                 if refusal is not None:
                     drive_sync(E.refusal_protocol(scope, spec, refusal), scope.run)
@@ -314,7 +353,7 @@ async def _tracked(scope: Scope, run_step: Callable[..., Awaitable[Any]], *args:
 async def _sync_reversible_in_async(
     scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any
 ) -> Any:
-    if scope.policies:
+    if scope.policies or spec.policies:
         refusal = reversible_gate(scope, spec, args, kwargs)
         if refusal is not None:
             await drive_async(E.refusal_protocol(scope, spec, refusal), scope.run)
@@ -345,6 +384,7 @@ def tool(
     idempotent: bool = ...,
     trace_args: Iterable[str] = ...,
     secret_args: Iterable[str] = ...,
+    policies: Iterable[Any] = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -365,6 +405,7 @@ def tool(
     idempotent: bool = False,
     trace_args: Iterable[str] = (),
     secret_args: Iterable[str] = (),
+    policies: Iterable[Any] = (),
 ) -> Any:
     """Declare a function (sync or async) as an agent tool with a typed side effect.
 
@@ -404,6 +445,10 @@ def tool(
             refusals, the UI and traces hold its keyed digest instead, so the secret
             scanner does not refuse it. Recovery cannot replay such a step: it is
             resolved or escalated. Default: none.
+        policies: Gate policies of this tool alone, e.g. ``[Budget("refunds", 500,
+            window=86400)]`` or ``[MaxArgument("amount", 100)]``: judged with the
+            saga's ``policies=`` at every call, all or nothing. A limit whose metered
+            argument or key is not a parameter of the tool is refused here.
 
     Returns:
         The wrapped tool (or a decorator producing it).
@@ -432,6 +477,7 @@ def tool(
             idempotent=idempotent,
             trace_args=trace_args,
             secret_args=secret_args,
+            policies=policies,
         )
         return _wrap(f, spec)
 

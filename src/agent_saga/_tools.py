@@ -49,6 +49,8 @@ class ToolSpec:
             (``@tool(secret_args=...)``): logged as their keyed digests.
         trace_args: Arguments whose values the tool lets traces show (``@tool(trace_args=
             ...)``); every other argument's value stays out of every span.
+        policies: Gate policies of this tool alone (``@tool(policies=...)``), judged
+            with the saga's own, all or nothing (a budget or rate limit among them).
     """
 
     name: str
@@ -68,6 +70,7 @@ class ToolSpec:
     plain_params: tuple[tuple[str, ...], int] | None = None
     trace_args: tuple[str, ...] = ()
     secret_args: frozenset[str] = frozenset()
+    policies: tuple[Any, ...] = ()
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Return the call's arguments by parameter name, defaults applied.

@@ -276,3 +276,79 @@ def test_compaction_keeps_the_sagas_whose_use_still_counts_and_the_budget_holds(
         pay(amount=60)
     later = compact(wal, archive=None, retain_seconds=0, now=_time.time() + 2 * 3600)
     assert later.records_dropped > 0, "once the window has passed the saga may go"
+
+
+# ---- limits declared on one tool (@tool(policies=...)) --------------------------------
+
+
+def test_a_tools_own_budget_meters_it_without_any_saga_policy(wal_location: str) -> None:
+    @tool(
+        semantics=ActionSemantics.COMPENSABLE,
+        compensate=lambda r: Compensation(handler="test.refund", kwargs={"amount": r}),
+        name="tool_budget_pay",
+        policies=[Budget("tool-spend", 100, window=3600)],
+    )
+    def limited(amount: int) -> int:
+        CHARGED.append(amount)
+        return amount
+
+    CHARGED.clear()
+    with saga("a", wal_path=wal_location):
+        limited(amount=70)
+        pay(amount=500)  # another tool: not metered by tool_budget_pay's budget
+    with pytest.raises(GateRefused, match="limit 'tool-spend'"), saga("b", wal_path=wal_location):
+        limited(amount=40)
+    assert CHARGED == [70, 500], "the refused call never ran"
+    [intent] = [i for i in _records(wal_location, "intent") if i.get("reserve")]
+    assert intent["tool"] == "tool_budget_pay"
+
+
+def test_a_tools_limits_and_the_sagas_are_judged_together_all_or_nothing(
+    tmp_path: Path,
+) -> None:
+    wal = str(tmp_path / "both.wal")
+
+    @tool(
+        semantics=ActionSemantics.COMPENSABLE,
+        compensate=lambda r: Compensation(handler="test.refund", kwargs={"amount": r}),
+        name="tool_rate_pay",
+        policies=[RateLimit("tool-calls", 2, window=60)],
+    )
+    def rated(amount: int) -> int:
+        return amount
+
+    saga_budget = [Budget("saga-spend", 100, window=3600)]
+    with saga("a", wal_path=wal, policies=saga_budget):
+        rated(amount=10)
+        rated(amount=10)
+    with pytest.raises(GateRefused, match="limit 'tool-calls'"):
+        with saga("b", wal_path=wal, policies=saga_budget):
+            rated(amount=10)
+    # The refused call reserved nothing of the saga's budget either: 80 still fit.
+    with saga("c", wal_path=wal, policies=saga_budget):
+        pay(amount=80)
+
+
+def test_a_tool_limit_on_an_argument_the_tool_lacks_is_refused_at_declaration() -> None:
+    with pytest.raises(SagaUsageError, match="'amount' is not a parameter of tool 'no_amount'"):
+
+        @tool(
+            semantics=ActionSemantics.IRREVERSIBLE,
+            name="no_amount",
+            policies=[Budget("b", 10, window=60)],
+        )
+        def no_amount(cents: int) -> None: ...
+
+    with pytest.raises(SagaUsageError, match="REVERSIBLE tool 'draft'"):
+
+        @tool(
+            semantics=ActionSemantics.REVERSIBLE,
+            name="draft",
+            policies=[RateLimit("r", 1, window=60)],
+        )
+        def draft(amount: int) -> None: ...
+
+    with pytest.raises(SagaUsageError, match="not callable"):
+
+        @tool(semantics=ActionSemantics.IRREVERSIBLE, name="bad", policies=["nope"])  # type: ignore[list-item]
+        def bad(amount: int) -> None: ...

@@ -131,7 +131,106 @@ def test_an_inline_write_that_fails_raises_and_acknowledges_nothing(tmp_path: Pa
     assert [r["step"] for r in _records(path)] == [0, 2]
 
 
+# ---- the default: adaptive ------------------------------------------------------------
+
+
+def _writer(tmp_path: Path, sync: list[float], **kw: object) -> WALWriter:
+    """A writer whose syncs take ``sync[0]`` seconds (no real sync: the disk is simulated)."""
+    import time
+
+    def fake_sync(fd: int) -> None:
+        if sync[0]:
+            time.sleep(sync[0])
+
+    io = WriterIO(fdatasync=fake_sync, fsync=fake_sync)
+    return WALWriter(str(tmp_path / "adaptive.wal"), _io=io, **kw)  # type: ignore[arg-type]
+
+
+async def _appends(w: WALWriter, n: int) -> None:
+    for i in range(n):
+        await w.append_async(rec(i))
+
+
+def test_by_default_a_lone_async_saga_syncs_on_its_loop_while_the_disk_is_fast(
+    tmp_path: Path,
+) -> None:
+    w = _writer(tmp_path, [0.0])
+    asyncio.run(_appends(w, 20))
+    assert w.stats.inline_batches == 20, "no thread hand-off while syncs are fast"
+    assert w.stats.wakeups == 0
+    w.close()
+
+
+def test_by_default_slow_syncs_move_the_batches_to_the_flusher_and_fast_ones_back(
+    tmp_path: Path,
+) -> None:
+    sync = [0.02]  # 20 ms per sync: ten times the limit
+    w = _writer(tmp_path, sync)
+    asyncio.run(_appends(w, 6))
+    assert w.stats.inline_batches <= 1, "at most the batch before the first measurement"
+    assert w.stats.batches - w.stats.inline_batches >= 5, "the flusher wrote the rest"
+    sync[0] = 0.0  # the disk is fast again: the measurements bring the loop back
+    asyncio.run(_appends(w, 30))
+    assert w.stats.inline_batches >= 20
+    w.close()
+
+
+def test_by_default_a_loop_with_other_runnable_work_hands_its_batches_to_the_flusher(
+    tmp_path: Path,
+) -> None:
+    w = _writer(tmp_path, [0.0])
+
+    async def main() -> None:
+        busy = True
+
+        async def other_work() -> None:
+            while busy:  # noqa: ASYNC110 - the point: a task that is always runnable
+                await asyncio.sleep(0)
+
+        spinner = asyncio.ensure_future(other_work())
+        await asyncio.sleep(0)
+        await _appends(w, 10)
+        busy = False
+        await spinner
+
+    asyncio.run(main())
+    assert w.stats.inline_batches == 0, "the loop had other work: it never waited on a sync"
+    w.close()
+
+
+@pytest.mark.parametrize(("mode", "slow_syncs_waited"), [(None, (0, 1)), (True, (4, 5))])
+def test_a_timer_on_the_loop_waits_for_one_slow_sync_at_most_by_default(
+    tmp_path: Path, mode: bool | None, slow_syncs_waited: tuple[int, int]
+) -> None:
+    # A 5 ms timer beside a saga's five appends on a disk whose syncs take 150 ms. The
+    # timer's worst lateness says how many syncs its loop waited for in a row: by
+    # default (adaptive) at most one — the first, before a sync was measured — and
+    # with sync_on_loop=True all five.
+    w = _writer(tmp_path, [0.15], sync_on_loop=mode)
+    late: list[float] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = False
+
+        def tick(due: float) -> None:
+            late.append(loop.time() - due)
+            if not stop:
+                loop.call_later(0.005, tick, loop.time() + 0.005)
+
+        loop.call_later(0.005, tick, loop.time() + 0.005)
+        await _appends(w, 5)
+        stop = True
+
+    asyncio.run(main())
+    waited = int(max(late) / 0.15)  # whole slow syncs the timer waited for
+    lo, hi = slow_syncs_waited
+    assert lo <= waited <= hi, late
+    w.close()
+
+
 def test_sync_on_loop_must_be_a_bool(tmp_path: Path) -> None:
     with pytest.raises(SagaUsageError, match="sync_on_loop"):
         WALWriter(str(tmp_path / "x.wal"), sync_on_loop="yes")  # type: ignore[arg-type]
+    WALWriter(str(tmp_path / "y.wal"), sync_on_loop=None).close()  # adaptive: the default
     assert not (tmp_path / "x.wal").exists()

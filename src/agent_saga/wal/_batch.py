@@ -57,6 +57,7 @@ class WriterStats:
         tail_repairs: Torn tails this writer cut off before appending.
         wakeups: Times the flusher thread was woken for a batch (a hand-off from
             the caller's thread; fewer than ``batches`` when callers write their own).
+        inline_batches: Batches an event loop's thread wrote itself (``sync_on_loop``).
     """
 
     records_written: int = 0
@@ -66,6 +67,7 @@ class WriterStats:
     failed_batches: int = 0
     tail_repairs: int = 0
     wakeups: int = 0
+    inline_batches: int = 0
 
 
 class _Latch:

@@ -29,13 +29,17 @@ from .lease import OwnLease
 from .reader import Damage, Record, scan, scan_open
 from .salt import SaltPool
 
-__all__ = ["INLINE_BATCH", "FileBatches"]
+__all__ = ["INLINE_BATCH", "INLINE_SYNC_LIMIT", "FileBatches"]
 
 #: With ``sync_on_loop``, the most records a batch may hold to be written on the
 #: event loop's thread: a lone saga's batch (its record, perhaps a ``saga_begin``
 #: submitted before it). Larger batches mean concurrent sagas, whose syncs should
 #: overlap the loop's work on the flusher thread.
 INLINE_BATCH: int = 2
+
+#: Adaptive ``sync_on_loop``: the loop's thread writes a small batch itself only while
+#: this log's syncs average (and the last one took) less than this many seconds.
+INLINE_SYNC_LIMIT: float = 0.002
 
 
 class FileBatches(QueueWriter, LogFile):
@@ -55,7 +59,9 @@ class FileBatches(QueueWriter, LogFile):
     _wanted: bool
     _kicks: set[asyncio.AbstractEventLoop]
     _loop_handoff: bool
-    _sync_on_loop: bool
+    _sync_on_loop: bool | None
+    _sync_avg: float = 0.0  # this log's recent syncs: moving average (seconds)
+    _sync_last: float = 0.0
     _writing: bool
     _io_lock: threading.Lock
     _lease: OwnLease
@@ -123,8 +129,26 @@ class FileBatches(QueueWriter, LogFile):
             self._wanted = True
             batch = self._take_batch_locked()
             batch.leader = threading.get_ident()
+            self.stats.inline_batches += 1
         self._write_and_complete(batch)
         return batch
+
+    def _fast(self) -> bool:
+        """Whether the loop's thread may write a small batch itself now (``sync_on_loop``)."""
+        mode = self._sync_on_loop
+        if mode is not None:
+            return mode
+        return self._sync_avg < INLINE_SYNC_LIMIT and self._sync_last < INLINE_SYNC_LIMIT
+
+    def _timed_sync(self) -> None:
+        """``_sync``, timed: the adaptive ``sync_on_loop`` decides from these durations."""
+        start = time.perf_counter()
+        try:
+            self._sync()
+        finally:
+            took = time.perf_counter() - start
+            self._sync_last = took
+            self._sync_avg += (took - self._sync_avg) * 0.25
 
     def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
         # Runs on ``loop`` after the callbacks that were ready with the first record:
@@ -134,11 +158,17 @@ class FileBatches(QueueWriter, LogFile):
             self._kicks.discard(loop)
             if not (self._flusher_idle and not self._writing and self._flush_due_locked()):
                 return
-            if not self._sync_on_loop or len(self._pending) > INLINE_BATCH or self._defunct:
+            inline = self._sync_on_loop is True or (
+                self._sync_on_loop is None
+                and not getattr(loop, "_ready", True)  # nothing else runnable right now
+                and self._fast()
+            )
+            if not inline or len(self._pending) > INLINE_BATCH or self._defunct:
                 self._wake_flusher_locked()
                 return
             batch = self._take_batch_locked()
             batch.leader = threading.get_ident()
+            self.stats.inline_batches += 1
         self._write_and_complete(batch)  # blocks this loop for one write + sync
 
     def _wake_flusher_locked(self) -> None:
@@ -221,7 +251,7 @@ class FileBatches(QueueWriter, LogFile):
                 # Other processes may append while we fsync: fsync covers our bytes either way.
                 self._plock.release()
                 locked = False
-                self._sync()
+                self._timed_sync()
                 crashpoint("wal.after_fsync")
                 self.stats.fsyncs += 1
                 self.stats.batches += 1

@@ -75,15 +75,19 @@ class WALWriter(FileBatches):
         log_format: The layout of a log this writer creates: 2 (preallocated) or 1
             (append); None: :data:`DEFAULT_LOG_FORMAT` (2). An existing log keeps
             its own layout; only compaction converts one (``docs/log-format.md`` §11).
-        sync_on_loop: Opt-in. A small batch (at most :data:`INLINE_BATCH` records)
-            that an event loop hands over is written and synced on the loop's own
-            thread — at once when nothing else is runnable on the loop, else at
-            the end of the loop iteration — instead of by the flusher thread: a
-            lone async saga saves the two thread hand-offs per durable record,
-            and the loop is blocked for that one write and sync (on the
-            reference disk 0.15-0.3 ms; on a slow or busy disk, much longer).
-            Larger batches still go to the flusher, so that under load syncs keep
-            overlapping the loop's work (``docs/log-format.md`` §4).
+        sync_on_loop: Who writes and syncs a small batch (at most
+            :data:`INLINE_BATCH` records) an event loop hands over. None (the
+            default, adaptive): the loop's own thread, but only when nothing else
+            is runnable on the loop and this log's recent syncs were fast
+            (:data:`INLINE_SYNC_LIMIT`), else the flusher thread — decided per
+            batch; a lone async saga saves the two thread hand-offs per durable
+            record, and a loop with other work, or a slow disk, is never made to
+            wait (at worst one sync's time, when the loop becomes busy during it).
+            True: the loop's thread always (at once when nothing else is
+            runnable, else at the end of the loop iteration), whatever the disk.
+            False: the flusher always. Larger batches go to the flusher in every
+            mode, so under load syncs keep overlapping the loop's work
+            (``docs/log-format.md`` §4).
         _io: Test seam for write/fsync/renewal.
 
     Raises:
@@ -110,15 +114,17 @@ class WALWriter(FileBatches):
         backpressure: Backpressure = "raise",
         block_timeout: float = 5.0,
         log_format: int | None = None,
-        sync_on_loop: bool = False,
+        sync_on_loop: bool | None = None,
         _io: WriterIO | None = None,
     ) -> None:
         if log_format is None:
             log_format = DEFAULT_LOG_FORMAT
         if log_format not in (FORMAT_APPEND, FORMAT_PREALLOCATED):
             raise SagaUsageError(f"log_format must be 1 or 2, not {log_format!r}")
-        if not isinstance(sync_on_loop, bool):
-            raise SagaUsageError(f"sync_on_loop must be True or False, not {sync_on_loop!r}")
+        if sync_on_loop is not None and not isinstance(sync_on_loop, bool):
+            raise SagaUsageError(
+                f"sync_on_loop must be None (adaptive), True or False, not {sync_on_loop!r}"
+            )
         check_queue_args(queue_limit, backpressure, block_timeout, lease_seconds)
         if encryptor is None:
             from .encryption import encryptor_from_env
@@ -313,7 +319,7 @@ class WALWriter(FileBatches):
         self._not_in_exclusive()
         data = encode_record(record, self._encryptor, self._salts.for_record(record))
         loop = asyncio.get_running_loop()
-        if self._sync_on_loop and not getattr(loop, "_ready", True):
+        if self._sync_on_loop is not False and not getattr(loop, "_ready", True) and self._fast():
             # Nothing else is runnable on this loop in this iteration, so no other
             # record of it can join a batch: write now, with no future and no loop
             # iteration in between (asyncio's private ready queue; another loop
@@ -485,7 +491,7 @@ def open_writer(
     backpressure: Backpressure = "raise",
     block_timeout: float = 5.0,
     log_format: int | None = None,
-    sync_on_loop: bool = False,
+    sync_on_loop: bool | None = None,
 ) -> WALWriter:
     """Return this process's writer for ``path``, creating it on first use.
 
@@ -500,9 +506,9 @@ def open_writer(
         backpressure: See :class:`WALWriter`.
         block_timeout: See :class:`WALWriter`.
         log_format: See :class:`WALWriter` (only for a log that does not exist yet).
-        sync_on_loop: See :class:`WALWriter`. Call ``open_writer(path,
-            sync_on_loop=True)`` once at start-up: the sagas on ``path`` then share
-            that writer.
+        sync_on_loop: See :class:`WALWriter` (default: adaptive). Call
+            ``open_writer(path, sync_on_loop=...)`` once at start-up: the sagas on
+            ``path`` then share that writer.
 
     Returns:
         The shared writer.

@@ -395,5 +395,6 @@ def screenshot(tab: Tab, name: str, tmp: Path) -> Path:
     page = tab.page
     mask = [page.locator("#wal"), page.locator("pre", has_text="/tmp/")]
     mask.append(page.locator("#records td", has_text="/tmp/"))
+    mask.append(page.locator("#halts code"))  # the resume command names the WAL
     page.screenshot(path=str(path), mask=mask, mask_color="#2a303b")
     return path

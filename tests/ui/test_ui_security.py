@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from ui_agent import SECRET_VALUE, XSS
 
+import agent_saga.ui
 from agent_saga.wal.tail import data_end
 from conftest import BIN, TOKEN, UI, World, child_env
 
@@ -188,7 +189,10 @@ def test_the_page_has_no_inline_script_or_style_and_no_external_resource(served_
     assert "http://" not in html
     assert "https://" not in html
     assert "//" not in html.replace("://", "")
-    for name in ("app.js", "undo.js"):
+    static = Path(agent_saga.ui.__file__).parent / "static"
+    scripts = sorted(p.name for p in static.glob("*.js"))
+    assert {"app.js", "undo.js", "governance.js"} <= set(scripts)
+    for name in scripts:  # every script the package ships, new ones included
         _, _, js = served_world.request("GET", f"/static/{name}")
         assert b"textContent" in js or b"text: " in js
         for banned in (

@@ -16,6 +16,7 @@ from typing import Any, Final
 from ..secrets import redact
 from ..wal.status import escalation_state
 from ..wal.views import ApprovalView, EscalationView, StepView
+from ._governance_api import halts_json
 from ._index import STATUSES, SagaDetail, SagaSummary, WalIndex
 from ._timeline import decorate_steps, text, ts_of, undo_order
 
@@ -217,6 +218,7 @@ def meta(index: WalIndex, *, csrf: str, user: str, token_required: bool) -> dict
             for r in index.repairs
         ],
         "anomalies": index.anomaly_count,
+        "halts": halts_json(index),
         "statuses": list(STATUSES),
         "outcome_of_state": OUTCOME_OF_STATE,
         "owed_states": list(OWED_STATES),

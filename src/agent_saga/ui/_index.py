@@ -29,6 +29,8 @@ from typing import Any, Final
 
 from ..recovery.liveness import liveness
 from ..wal import records as R
+from ..wal.halts import Halt, HaltFold
+from ..wal.limits import LimitSpec, Usage, UsageFold
 from ..wal.reader import Damage, Decryptor, Record
 from ..wal.saga_records import SagaRecords
 from ..wal.state import SagaFold, SagaView
@@ -59,6 +61,7 @@ _intern = sys.intern
 _CHANGES_AN_ENDED_STEP: Final = frozenset(
     {R.COMPENSATING, R.COMPENSATED, R.COMPENSATION_FAILED, R.ESCALATED}
 )
+_HALT_TYPES: Final = frozenset({R.HALT, R.RESUME})
 
 
 class SagaSummary:
@@ -177,6 +180,9 @@ class WalIndex:
 
     def _reset(self) -> None:
         self._fold = SagaFold(forget_terminal=True)
+        # Governance, folded from the same records: halts in force, limits' use.
+        self._halts = HaltFold()
+        self._usage = UsageFold()
         self._sagas: dict[str, SagaSummary] = {}
         self._order: list[str] = []  # saga ids by first offset (== insertion order)
         self._firsts = array("q")
@@ -269,6 +275,9 @@ class WalIndex:
             return
         self.stats.records += 1
         rtype = data.get("type")
+        if rtype in _HALT_TYPES:
+            self._halts.apply(data, off)
+        self._usage.apply(data)
         saga_id = data.get("saga")
         ts = data.get("ts")
         ts = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
@@ -452,6 +461,20 @@ class WalIndex:
         """Every approval request of a live saga (open, decided or expired)."""
         with self._lock:
             return self._fold.approvals()
+
+    def halts(self) -> list[Halt]:
+        """The halts in force, oldest first (``halt`` / ``resume`` records folded)."""
+        with self._lock:
+            return self._halts.in_force()
+
+    def now(self) -> float:
+        """The log's clock (this host's, or the database's for a PostgreSQL log)."""
+        return time.time() + self._clock_offset
+
+    def limits(self, now: float) -> tuple[dict[str, LimitSpec], list[Usage]]:
+        """Every declared limit (its latest definition) and each meter's use at ``now``."""
+        with self._lock:
+            return dict(self._usage.declared), self._usage.meters(now)
 
     # -- detail -------------------------------------------------------------------
 

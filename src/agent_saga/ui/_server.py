@@ -43,7 +43,7 @@ from ..errors import SagaError, SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
 from ..wal.store import LogStore
-from . import _actions, _api, _undo_api
+from . import _actions, _api, _governance_api, _undo_api
 from ._access_log import MAX_CHARS as MAX_LOG_CHARS
 from ._access_log import redact_line
 from ._index import WalIndex
@@ -467,6 +467,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 doc = _api.escalations(index, params)
             elif route == "approvals":
                 doc = _api.approvals(index, params)
+            elif route in _governance_api.ROUTES:
+                doc = _governance_api.get(route, index, params)
             else:
                 self._error(404, "no such API route; see docs/ui.md")
                 return

@@ -2,6 +2,7 @@
 // Every value from the log is rendered with textContent (never as HTML).
 "use strict";
 import { undoButton } from "/static/undo.js";
+import { loadLimits, renderHalts, renderLimits } from "/static/governance.js";
 
 // The saga statuses of docs/concepts.md ("States"); the server lists them in meta.statuses.
 const LABEL = {
@@ -128,6 +129,7 @@ function parseHash() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map((p) => { try { return decodeURIComponent(p); } catch (e) { return p; } });
   if (parts[0] === "escalations") return { view: "escalations" };
   if (parts[0] === "approvals") return { view: "approvals" };
+  if (parts[0] === "limits") return { view: "limits" };
   if (parts[0] === "saga" && parts[1]) {
     const step = parts[2] === "step" && /^\d+$/.test(parts[3] || "") ? Number(parts[3]) : null;
     return { view: "runs", saga: parts[1], step };
@@ -140,7 +142,7 @@ function sagaHash(id, step) {
 async function route() {
   const r = parseHash();
   S.view = r.view;
-  for (const v of ["runs", "escalations", "approvals"]) $(`tab-${v}`).classList.toggle("active", v === S.view);
+  for (const v of ["runs", "escalations", "approvals", "limits"]) $(`tab-${v}`).classList.toggle("active", v === S.view);
   if (r.view === "runs") {
     if (r.saga !== S.saga) {
       S.saga = r.saga; S.detail = null; S.at = null;
@@ -149,7 +151,7 @@ async function route() {
     if (S.saga) await loadDetail(); else renderContent();
   } else {
     renderContent();
-    await loadQueues();
+    await (S.view === "limits" ? loadLimits(UI).then(renderContent) : loadQueues());
   }
   renderRuns();
 }
@@ -162,6 +164,7 @@ async function loadMeta() {
   const d = $("damage");
   d.hidden = S.meta.damage_count === 0;
   d.textContent = `⚠ ${count(S.meta.damage_count, "damaged region")}`;
+  renderHalts(S.meta.halts, UI);  // the red banner of a halted log, on every view
   if (S.meta.error) banner(`The log cannot be read: ${S.meta.error}`);
   else if (S.meta.loading) banner(`Reading the WAL… ${count(S.meta.records, "record")} so far`, true);
   else if (!S.stale) banner(null);
@@ -225,6 +228,7 @@ async function tick() {
       await loadList();
       await loadQueues();
       if (changed && S.view === "runs" && S.saga) await loadDetail();
+      if (S.view === "limits") { await loadLimits(UI); renderContent(); }
     }
     if (S.stale) { S.stale = false; banner(null); }
     $("live").classList.remove("stale");
@@ -341,6 +345,7 @@ function renderContent() {
   const c = clear($("content"));
   if (S.view === "escalations") return renderEscalations(c);
   if (S.view === "approvals") return renderApprovals(c);
+  if (S.view === "limits") return renderLimits(c, UI);
   if (!S.saga) {
     let text = "Select a run on the left (j / k), or open a deep link #/saga/<id>/step/<n>.";
     if (S.list && S.list.total === 0) text = "This WAL has no sagas yet. Run an agent with saga(wal_path=…) pointing at it: its steps appear here live.";
@@ -363,7 +368,7 @@ function renderSaga(c, d) {
   const cur = d.records[at];
   c.append(h("div", { class: "saga-head" },
     h("h1", { id: "saga-name", text: d.name || "(unnamed saga)" }), badge(d.status),
-    h("span", { class: "mono muted", id: "saga-id", text: d.saga }), undoButton(d, UNDO_UI)));
+    h("span", { class: "mono muted", id: "saga-id", text: d.saga }), undoButton(d, UI)));
   const facts = h("div", { class: "facts" },
     h("span", null, "started ", h("b", { text: fmtTs(d.started) })),
     h("span", null, "duration ", h("b", { text: fmtDur(d.duration) || "–" })),
@@ -696,8 +701,8 @@ function renderApprovals(c) {
   }
 }
 
-// What undo.js ("Undo this run…") uses of this page.
-const UNDO_UI = { h, clear, api, whoInput, refresh: () => { S.generation = -1; tick(); } };
+// What undo.js ("Undo this run…") and governance.js use of this page.
+const UI = { h, clear, api, whoInput, fmtTs, ago, refresh: () => { S.generation = -1; tick(); } };
 
 // ---- keyboard ---------------------------------------------------------------------
 function onKey(ev) {
@@ -722,6 +727,7 @@ function onKey(ev) {
     case "1": location.hash = "#/"; break;
     case "2": location.hash = "#/escalations"; break;
     case "3": location.hash = "#/approvals"; break;
+    case "4": location.hash = "#/limits"; break;
     case "?": $("help").hidden = !$("help").hidden; break;
     default: break;
   }

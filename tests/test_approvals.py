@@ -123,7 +123,9 @@ def test_human_approves_from_the_cli_while_a_sync_saga_waits(tmp_path: Path) -> 
     [requested] = records(wal, r.APPROVAL_REQUESTED)
     assert requested["tool"] == "wire_transfer"
     assert requested["kwargs"] == {"to": "acct_1", "amount": 5000}
-    assert requested["request"] == r.approval_id(requested["saga"], requested["step"])
+    assert requested["request"] == r.approval_id(
+        requested["saga"], requested["step"], digest=requested["digest"]
+    )
     [decided] = records(wal, r.APPROVAL_DECIDED)
     assert (decided["decision"], decided["by"], decided["note"]) == (
         "approved",
@@ -167,15 +169,12 @@ def test_no_decision_in_time_refuses_and_the_log_says_so(tmp_path: Path) -> None
     assert closed["ts"] - asked["ts"] >= 0.3, "the queue waited its whole timeout"
     assert wire.calls == []
     [decided] = records(wal, r.APPROVAL_DECIDED)
-    assert (decided["decision"], decided["by"], decided["note"]) == (
-        "denied",
-        "approval-queue",
-        "no decision within 0.3 s",
-    )
+    assert (decided["decision"], decided["by"]) == ("expired", "approval-queue")
+    assert decided["note"].startswith("no decision within 0.3 s; expired at ")
     [gate] = records(wal, r.GATE)
     assert (gate["decision"], gate["decided_by"]) == ("refused", "approval-queue")
     # The human who answers too late is told so, and nothing more is recorded.
-    with pytest.raises(SagaUsageError, match="already denied by approval-queue"):
+    with pytest.raises(SagaUsageError, match="already expired by approval-queue"):
         decide_approval(wal, decided["request"], approve=True, note="sorry, late")
     assert len(records(wal, r.APPROVAL_DECIDED)) == 1
 
@@ -339,7 +338,10 @@ def test_deciding_twice_or_what_cannot_be_decided_exits_2_with_one_line(
         assert err.count("\n") == 1
     assert main(["approvals", "deny", rid, "--note", " ", "--wal-path", wal]) == 2
     assert "--note" in capsys.readouterr().err
-    assert len(records(queue_wal, r.APPROVAL_DECIDED)) == 2  # the fixture's and erin's
+    # The fixture's, erin's, and the expiry of "old", recorded by whoever noticed it.
+    decided = records(queue_wal, r.APPROVAL_DECIDED)
+    assert [d["decision"] for d in decided] == ["approved", "approved", "expired"]
+    assert decided[-1]["request"] == r.approval_id("old", 1)
 
 
 # ---- the fold -----------------------------------------------------------------------

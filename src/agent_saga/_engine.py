@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -253,6 +253,8 @@ def _over_limit(
         decision = yield from _approval(run, scope, spec, step, usage=usage)
         if decision.approved:
             intent["approved_by"] = decision.decided_by
+            if decision.approval is not None:
+                intent["approval"] = dict(decision.approval)  # §12.3: what it runs under
             yield Submit({**_gate_record(run, step, decision), "limit": usage})
             yield Append(intent)
             return
@@ -316,8 +318,9 @@ def _durable_step(
     run.side_effects += 1
     yield from run.begin_records()
     approved_by = "gate"  # the automatic checks passed; the intent records that
+    approval = None
     if decision is not None:
-        approved_by = decision.decided_by
+        approved_by, approval = decision.decided_by, decision.approval
         yield Submit(_gate_record(run, step, decision))
 
     call_kwargs = forward_kwargs(spec, step, kwargs)
@@ -344,7 +347,7 @@ def _durable_step(
         step.attempts += 1
         attempt = step.attempts
         _crash.crashpoint("step.before_intent")
-        intent = intent_record(run, step, attempt, approved_by)
+        intent = intent_record(run, step, attempt, approved_by, approval)
         try:
             if metered:
                 over = yield from admitted(intent, metered)
@@ -425,8 +428,19 @@ def forward_kwargs(spec: ToolSpec, step: Step, kwargs: Any) -> Any:
     return kwargs
 
 
-def intent_record(run: Run, step: Step, attempt: int, approved_by: str) -> dict[str, Any]:
-    """The ``intent`` record of one attempt, written durably before the forward call."""
+def intent_record(
+    run: Run,
+    step: Step,
+    attempt: int,
+    approved_by: str,
+    approval: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``intent`` record of one attempt, written durably before the forward call.
+
+    ``approval``: the durable approval the attempt runs under (``{request, digest}``
+    or ``{standing, digest}``, ``docs/log-format.md`` §12.3), recorded as
+    ``intent.approval``.
+    """
     spec = step.spec
     intent: dict[str, Any] = {
         "type": R.INTENT,
@@ -441,6 +455,8 @@ def intent_record(run: Run, step: Step, attempt: int, approved_by: str) -> dict[
         "idempotent": spec.idempotent,
         "ts": now(),
     }
+    if approval is not None:
+        intent["approval"] = dict(approval)
     if spec.resolver is not None:
         intent["resolver"] = spec.resolver
     if spec.handler is not None:

@@ -11,19 +11,25 @@ who made it are all in the log, next to the step they gate::
     approval_decided    (the human: approved/denied, by, note)
     gate                (the engine: the decision as the gate applied it)
 
-Rules:
+Rules (``docs/log-format.md`` §12.3):
 
 * **Fail closed.** No decision within ``timeout`` seconds is a denial, and the queue
-  records it (``approval_decided`` denied, by the queue, note ``no decision within
-  N s``) so the log tells the truth. A wait interrupted by an exception (Ctrl-C,
-  cancellation) is recorded the same way, best effort.
-* **The first decision wins.** A decision and the queue's timeout are each written
-  under the WAL's append lock after re-reading the tail, so a request gets at most
-  one ``approval_decided`` from this module; a human who answers too late is told
-  so (:func:`decide_approval` raises) and nothing is recorded. Should a log hold two
-  decisions anyway, readers use the first.
-* **Requests expire** at ``expires`` (wall-clock seconds) and cannot be decided
-  afterwards; a request whose saga ended is no longer open either.
+  records it — ``expired`` once the request's ``expires`` passed (``ttl``, default
+  ``timeout``), else ``denied`` with a note — so the log tells the truth. A wait
+  interrupted by an exception (Ctrl-C, cancellation) is recorded the same way, best
+  effort.
+* **Settled once.** A decision and the queue's timeout are each written under the
+  WAL's append lock after re-reading the tail. A request of ``quorum`` N is approved
+  by N distinct people (or one ``break_glass`` approval), denied by one denial;
+  whoever notices an expiry first records ``expired``, and a decision after that is
+  refused (:func:`decide_approval` raises :class:`ApprovalDecisionRefused`). The same
+  person deciding twice is refused. Readers count the same way should a log hold
+  more.
+* **Bound to the call.** The request id includes the call's digest: other arguments
+  are another request, and the same call asked again (a restarted process) is
+  answered from the recorded decision, without asking twice.
+* **Standing approvals** (:func:`add_standing`) approve calls in scope without
+  asking; the intent names the approval it ran under (``intent.approval``).
 
 The kwargs in a request are the ones the gate already scanned for secrets: the
 approver runs after the automatic checks, so what the human is shown is what the
@@ -34,21 +40,33 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from . import _config
 from ._runtime import current_saga
-from .errors import SagaUsageError
+from .errors import ApprovalDecisionRefused, SagaUsageError
 from .gate import ApprovalRequest, Decision, human_identity
 from .secrets import redact
 from .wal import records as R
 from .wal.reader import Damage, Record
-from .wal.state import ApprovalView, SagaFold
+from .wal.state import ApprovalView, SagaFold, StandingView
 from .wal.store import LogStore, LogWriter, open_store
 
-__all__ = ["ApprovalQueue", "ApprovalView", "decide_approval", "fold_approvals", "list_approvals"]
+__all__ = [
+    "ApprovalQueue",
+    "ApprovalView",
+    "StandingView",
+    "add_standing",
+    "decide_approval",
+    "fold_approvals",
+    "list_approvals",
+    "request_id",
+    "revoke_standing",
+]
 
 _Read = Callable[[int], Iterable[Record | Damage]]
 
@@ -64,16 +82,20 @@ class ApprovalQueue:
             or, outside a saga, ``$AGENT_SAGA_WAL_PATH`` / ``./agent-saga.wal``. A
             saga that logs to an injected ``log=`` has no WAL to share: pass one.
         timeout: Seconds to wait for a decision; then the step is refused and the
-            refusal recorded. Also sets the request's ``expires``.
+            refusal recorded.
         poll_interval: Seconds between two reads of the log's tail.
-        name: Who the log says refused on timeout.
+        name: Who the log says refused on timeout, or noticed the expiry.
         encryptor: For encrypted logs (default: the ``AGENT_SAGA_WAL_KEY`` key).
+        quorum: How many distinct people must approve (§12.3; default 1).
+        ttl: Seconds the request stays open (``expires = ts + ttl``; default
+            ``timeout``). An expired request is denied and recorded ``expired``.
 
     Raises:
-        SagaUsageError: a non-positive ``timeout`` or ``poll_interval``, or an empty name.
+        SagaUsageError: a non-positive ``timeout``, ``ttl`` or ``poll_interval``, a
+            quorum that is not a positive int, or an empty name.
     """
 
-    __slots__ = ("encryptor", "name", "poll_interval", "timeout", "wal_path")
+    __slots__ = ("encryptor", "name", "poll_interval", "quorum", "timeout", "ttl", "wal_path")
 
     def __init__(
         self,
@@ -83,32 +105,47 @@ class ApprovalQueue:
         poll_interval: float = 0.2,
         name: str = DEFAULT_NAME,
         encryptor: Any = None,
+        quorum: int = 1,
+        ttl: float | None = None,
     ) -> None:
         if not _positive(timeout) or not _positive(poll_interval):
             raise SagaUsageError("ApprovalQueue needs timeout > 0 and poll_interval > 0 seconds")
+        if ttl is not None and not _positive(ttl):
+            raise SagaUsageError("ApprovalQueue needs ttl > 0 seconds")
+        if not isinstance(quorum, int) or isinstance(quorum, bool) or quorum < 1:
+            raise SagaUsageError("ApprovalQueue quorum must be an int of at least 1")
         if not isinstance(name, str) or not name:
             raise SagaUsageError("ApprovalQueue name must be a non-empty string")
         self.wal_path = None if wal_path is None else os.fspath(wal_path)
         self.timeout = float(timeout)
+        self.ttl = float(timeout if ttl is None else ttl)
+        self.quorum = quorum
         self.poll_interval = float(poll_interval)
         self.name = name
         self.encryptor = encryptor
 
     def __repr__(self) -> str:
-        return f"ApprovalQueue(wal_path={self.wal_path!r}, timeout={self.timeout:g})"
+        return (
+            f"ApprovalQueue(wal_path={self.wal_path!r}, timeout={self.timeout:g}, "
+            f"ttl={self.ttl:g}, quorum={self.quorum})"
+        )
 
     def __call__(self, request: ApprovalRequest) -> Decision:
         """Record ``request`` durably and block until a human decides or time runs out.
 
-        In an async saga the engine runs this in a worker thread, so the event loop
-        goes on meanwhile.
+        The same request (saga, step and call digest) already in the log is not
+        asked again: its recorded decision answers it, or the queue waits for it
+        (a restarted process). A standing approval in scope approves without
+        asking. In an async saga the engine runs this in a worker thread, so the
+        event loop goes on meanwhile.
 
         Args:
             request: The step to approve, as the gate describes it.
 
         Returns:
-            The human's decision (``decided_by`` is their name, ``reason`` their
-            note), or a denial by this queue when nobody decided within ``timeout``.
+            The decision (``decided_by`` the approvers' names, ``reason`` the note,
+            ``approval`` what the intent records), or a denial by this queue when
+            nobody decided within ``timeout`` or the request expired.
 
         Raises:
             WALWriteFailed: the request could not be made durable (the gate refuses).
@@ -117,38 +154,54 @@ class ApprovalQueue:
         """
         store = open_store(self._path())
         writer = store.writer(encryptor=self.encryptor)
-        purpose = "approval" if request.usage is None else "approval/limit"
-        rid = R.approval_id(request.saga_id, request.step, purpose)
+        kwargs = dict(request.kwargs)
+        digest = R.call_digest(
+            request.saga_id, request.step, request.tool, request.semantics.value, kwargs
+        )
+        rid = request_id(request)
         # Read back with whatever the writer seals with (the saga's encryptor= when it
         # opened this writer first), so what we write we can read.
         decryptor = self.encryptor if self.encryptor is not None else writer._encryptor
         watch = _Watch(store, rid, request.saga_id, decryptor)
+        watch.poll(watch.scan)  # the request, if asked before (a restart), and standing ones
         now = time.time()
-        asked: dict[str, Any] = {
-            "type": R.APPROVAL_REQUESTED,
-            "saga": request.saga_id,
-            "name": request.saga_name,
-            "step": request.step,
-            "tool": request.tool,
-            "semantics": request.semantics.value,
-            "kwargs": dict(request.kwargs),
-            "request": rid,
-            "digest": R.call_digest(
-                request.saga_id,
-                request.step,
-                request.tool,
-                request.semantics.value,
-                dict(request.kwargs),
-            ),
-            "expires": now + self.timeout,
-            "by": writer.owner,
-            "ts": now,
-        }
-        if request.usage is not None:
-            asked["usage"] = dict(request.usage)  # over a limit: what the human decides on
-        writer.append(asked)
+        view = watch.view()
+        if view is not None and view.decided:
+            return _as_decision(view)  # answered from the record: nobody is asked twice
+        if view is None:
+            standing = _standing_for(watch.fold, request, now) if request.usage is None else None
+            if standing is not None:
+                return Decision(
+                    True,
+                    f"standing:{standing.standing}",
+                    f"standing approval by {standing.by}: {standing.note}",
+                    approval={"standing": standing.standing, "digest": digest},
+                )
+            asked: dict[str, Any] = {
+                "type": R.APPROVAL_REQUESTED,
+                "saga": request.saga_id,
+                "name": request.saga_name,
+                "step": request.step,
+                "tool": request.tool,
+                "semantics": request.semantics.value,
+                "kwargs": kwargs,
+                "request": rid,
+                "digest": digest,
+                "quorum": self.quorum,
+                "ttl": self.ttl,
+                "expires": now + self.ttl,
+                "agent": {"host": socket.gethostname(), "pid": os.getpid()},
+                "by": writer.owner,
+                "ts": now,
+            }
+            if request.usage is not None:
+                asked["usage"] = dict(request.usage)  # over a limit: what the human decides on
+            writer.append(asked)
+            expires = now + self.ttl
+        else:
+            expires = view.expires  # asked before this process (re)started: wait for it
         try:
-            answer = self._wait(watch)
+            answer = self._wait(watch, min(self.timeout, max(0.0, expires - now)))
             if answer is not None:
                 return _as_decision(answer)
             return self._close(writer, watch, f"no decision within {self.timeout:g} s")
@@ -172,8 +225,8 @@ class ApprovalQueue:
             return scope.wal_path
         return os.path.abspath(_config.default_wal_path())
 
-    def _wait(self, watch: _Watch) -> ApprovalView | None:
-        deadline = time.monotonic() + self.timeout
+    def _wait(self, watch: _Watch, seconds: float) -> ApprovalView | None:
+        deadline = time.monotonic() + seconds
         while True:
             answer = watch.poll(watch.scan)
             if answer is not None:
@@ -184,29 +237,70 @@ class ApprovalQueue:
             time.sleep(min(self.poll_interval, remaining))
 
     def _close(self, writer: LogWriter, watch: _Watch, note: str) -> Decision:
-        """Deny, unless a decision landed meanwhile (checked under the append lock)."""
+        """Deny, unless a decision landed meanwhile (checked under the append lock).
+
+        Past the request's expiry the denial is recorded as ``expired`` (§12.3).
+        """
         with writer.exclusive() as x:
             answer = watch.poll(x.read_from)
             if answer is not None:
                 return _as_decision(answer)
-            x.append_locked([_decision(watch.request, watch.saga_id, False, self.name, note)])
+            view = watch.view()
+            expired = view is not None and view.expires <= time.time()
+            if expired and view is not None:
+                note = f"{note}; expired at {_utc(view.expires)} undecided"
+            x.append_locked(
+                [
+                    _decision(
+                        watch.request,
+                        watch.saga_id,
+                        "expired" if expired else "denied",
+                        self.name,
+                        note,
+                        digest=None if view is None else view.digest,
+                    )
+                ]
+            )
         return Decision(False, self.name, note)
 
 
+def request_id(request: ApprovalRequest) -> str:
+    """The id of the durable request for ``request``: its (saga, step, purpose, digest).
+
+    Other arguments are another digest and so another request (§12.3); the same
+    call asked again — after a restart — is the same request.
+    """
+    purpose = "approval" if request.usage is None else "approval/limit"
+    digest = R.call_digest(
+        request.saga_id,
+        request.step,
+        request.tool,
+        request.semantics.value,
+        dict(request.kwargs),
+    )
+    return R.approval_id(request.saga_id, request.step, purpose, digest)
+
+
 class _Watch:
-    """Follows the log's tail for the decisions on one request (never rereads it all)."""
+    """Follows the log for the records of one request (and the standing approvals).
+
+    The first poll reads the log from its start (a request asked before a restart
+    is found); later polls read only what was appended since.
+    """
 
     def __init__(self, store: LogStore, request: str, saga_id: str, decryptor: Any) -> None:
         self.store = store
         self.request = request
         self.saga_id = saga_id
         self.decryptor = decryptor
-        # Everything after the current end; our own request is appended after it.
-        self.pos, self.identity = store.end(), store.identity()
+        self.pos, self.identity = 0, store.identity()
         self.fold = SagaFold()
 
     def scan(self, start: int) -> Iterable[Record | Damage]:
         return self.store.scan(start, decryptor=self.decryptor)
+
+    def view(self) -> ApprovalView | None:
+        return self.fold.approval(self.request)
 
     def poll(self, read: _Read) -> ApprovalView | None:
         """Read what was appended since the last poll; return the decision, if any."""
@@ -220,33 +314,65 @@ class _Watch:
                 continue  # a torn tail is re-read next time; we only advance past records
             self.pos = item.end
             data = item.data
-            if data.get("request") == self.request and data.get("type") in _APPROVAL_TYPES:
+            rtype = data.get("type")
+            if rtype in _STANDING_TYPES or (
+                data.get("request") == self.request and rtype in _APPROVAL_TYPES
+            ):
                 self.fold.apply(data, item.offset)
-        view = self.fold.approval(self.request)
+        view = self.view()
         return view if view is not None and view.decided else None
 
 
 _APPROVAL_TYPES: Final = frozenset({R.APPROVAL_REQUESTED, R.APPROVAL_DECIDED})
+_STANDING_TYPES: Final = frozenset({R.APPROVAL_STANDING, R.APPROVAL_STANDING_REVOKED})
+
+
+def _standing_for(fold: SagaFold, request: ApprovalRequest, now: float) -> StandingView | None:
+    """The oldest standing approval in force whose scope covers the call, if any."""
+    kwargs = dict(request.kwargs)
+    digest = R.args_digest(request.tool, kwargs)
+    for standing in fold.standing_approvals():
+        if standing.in_force(now) and standing.covers(request.tool, kwargs, digest):
+            return standing
+    return None
 
 
 def _as_decision(answer: ApprovalView) -> Decision:
-    return Decision(answer.decision == "approved", str(answer.decided_by), str(answer.note))
+    approved = answer.decision == "approved"
+    approval = {"request": answer.request, "digest": answer.digest} if approved else None
+    return Decision(approved, str(answer.decided_by), str(answer.note), approval=approval)
 
 
 def _positive(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
-def _decision(request: str, saga_id: str, approve: bool, by: str, note: str) -> dict[str, Any]:
-    return {
+def _decision(
+    request: str,
+    saga_id: str,
+    decision: str,
+    by: str,
+    note: str,
+    *,
+    digest: str | None = None,
+    identity: Mapping[str, Any] | None = None,
+    break_glass: bool = False,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
         "type": R.APPROVAL_DECIDED,
         "request": request,
         "saga": saga_id,
-        "decision": "approved" if approve else "denied",
+        "decision": decision,
         "by": by,
         "note": redact(note),  # a human may paste a credential into a note
+        "break_glass": break_glass,
         "ts": time.time(),
     }
+    if identity is not None:
+        record["identity"] = dict(identity)
+    if digest is not None:
+        record["digest"] = digest  # the call the decider was shown
+    return record
 
 
 # ---- the human side -------------------------------------------------------------------
@@ -257,11 +383,15 @@ def _decision(request: str, saga_id: str, approve: bool, by: str, note: str) -> 
 # folds only its request's records and its saga's ``saga_end``: one pass over the log,
 # the least that can prove, without an index, that nobody decided it already.
 
-_LISTED: Final = frozenset({R.APPROVAL_REQUESTED, R.APPROVAL_DECIDED, R.SAGA_BEGIN, R.SAGA_END})
+_LISTED: Final = frozenset(
+    {R.APPROVAL_REQUESTED, R.APPROVAL_DECIDED, R.SAGA_BEGIN, R.SAGA_END, *_STANDING_TYPES}
+)
 
 
 def _listed(data: Mapping[str, Any]) -> bool:
-    return data.get("type") in _LISTED
+    rtype = data.get("type")
+    # An intent is listed only for its ``approval`` (§12.3): who used the request.
+    return rtype in _LISTED or (rtype == R.INTENT and "approval" in data)
 
 
 def fold_approvals(
@@ -344,31 +474,40 @@ def decide_approval(
     note: str,
     by: str | None = None,
     encryptor: Any = None,
+    break_glass: bool = False,
 ) -> ApprovalView:
     """Record a human's decision on an open approval request (durably, in the WAL).
 
     The check and the append happen under the WAL's append lock, after re-reading
     what was appended meanwhile, so the waiting queue's timeout and two humans
-    cannot both decide the same request.
+    cannot both settle the same request. A request of ``quorum`` N is approved by
+    the N-th distinct person's approval (or one ``break_glass`` approval); a denial
+    settles it at once. Deciding a request that expired records its ``expired``
+    decision (whoever notices first) and is refused.
 
     Args:
         wal_path: The write-ahead log.
         request_id: The request id (``apr-…``), as ``agent-saga approvals`` lists.
         approve: True to approve, False to deny.
         note: Why, in words a reader of the log can act on; required.
-        by: Who decided (default: the current OS user).
+        by: Who decided (``--as NAME``; default: the current OS user).
         encryptor: For encrypted logs (default: ``AGENT_SAGA_WAL_KEY``).
+        break_glass: An emergency decision, recorded ``break_glass: true`` and listed
+            by ``agent-saga approvals --break-glass``; an approval settles the request
+            alone, whatever its quorum.
 
     Returns:
-        The request, with the decision filled in.
+        The request, with the decision applied (``decided`` once settled).
 
     Raises:
-        SagaUsageError: an empty note, or no such request, or it was already
-            decided, or it expired, or its saga already ended.
+        ApprovalDecisionRefused: no such request, or it was already settled, or it
+            expired, or its saga already ended, or this person already decided it.
+        SagaUsageError: an empty note.
         WALKeyMissing: the log is encrypted and no key is configured.
     """
     if not isinstance(note, str) or not note.strip():
-        raise SagaUsageError("deciding an approval request needs a --note saying why")
+        what = "a break-glass decision" if break_glass else "deciding an approval request"
+        raise SagaUsageError(f"{what} needs a --note saying why")
     who = human_identity(by)
     store = open_store(wal_path)
     path = store.display
@@ -376,8 +515,10 @@ def decide_approval(
     only = _of_request(request_id)
     fold = SagaFold()  # holds one request and its saga's end, however long the log
     fold.feed(store.scan(decryptor=encryptor), only=only)  # the bulk, without the lock
-    _check_open(fold, request_id, path)  # fail fast, before opening a writer
+    with contextlib.suppress(_Expired):  # recorded below, under the lock
+        _check_open(fold, request_id, path, who["name"], time.time())  # fail fast
     writer = store.writer(encryptor=encryptor)
+    refusal: ApprovalDecisionRefused | None = None
     with writer.exclusive() as x:
         if store.identity() != identity:  # compacted meanwhile: offsets moved
             fold = SagaFold()
@@ -385,37 +526,226 @@ def decide_approval(
             fold.feed(x.read_from(0), only=only)
         else:
             fold.feed(x.read_from(fold.position), only=only)
-        view = _check_open(fold, request_id, path)
-        record = _decision(request_id, view.saga_id, approve, who["name"], note)
-        record["identity"] = who
-        if view.digest is not None:
-            record["digest"] = view.digest  # the call the human was shown
+        try:
+            view = _check_open(fold, request_id, path, who["name"], time.time())
+            record = _decision(
+                request_id,
+                view.saga_id,
+                "approved" if approve else "denied",
+                who["name"],
+                note,
+                digest=view.digest,
+                identity=who,
+                break_glass=break_glass,
+            )
+        except _Expired as exc:  # we noticed first: record it, then refuse
+            view, refusal = exc.view, exc.refusal
+            record = _decision(
+                request_id,
+                view.saga_id,
+                "expired",
+                who["name"],
+                f"expired at {_utc(view.expires)} undecided; noticed by {who['name']}",
+                digest=view.digest,
+                identity=who,
+            )
         offset = fold.position
         x.append_locked([record])
     fold.apply(record, offset)
+    if refusal is not None:
+        raise refusal
     return view
 
 
-def _check_open(fold: SagaFold, request_id: str, path: str) -> ApprovalView:
+class _Expired(Exception):
+    """An undecided request past its expiry: record ``expired``, then refuse."""
+
+    def __init__(self, view: ApprovalView, refusal: ApprovalDecisionRefused) -> None:
+        super().__init__(str(refusal))
+        self.view, self.refusal = view, refusal
+
+
+def _check_open(fold: SagaFold, request_id: str, path: str, name: str, now: float) -> ApprovalView:
     view = fold.approval(request_id)
     if view is None:
-        raise SagaUsageError(
-            f"no approval request {request_id!r} in {path}; list them with `agent-saga approvals`"
+        raise ApprovalDecisionRefused(
+            f"no approval request {request_id!r} in {path}; list them with `agent-saga approvals`",
+            request=request_id,
         )
+    saga = view.saga_id
     if view.decided:
-        raise SagaUsageError(
-            f"approval request {request_id} was already {view.decision} by {view.decided_by}"
-        )
-    if view.expired(time.time()):
-        raise SagaUsageError(
-            f"approval request {request_id} expired at {_utc(view.expires)}; the step was refused"
+        raise ApprovalDecisionRefused(
+            f"approval request {request_id} was already {view.decision} by {view.decided_by}",
+            request=request_id,
+            saga_id=saga,
         )
     if view.saga_ended:
-        raise SagaUsageError(
-            f"saga {view.saga_id} already ended; nobody is waiting for request {request_id}"
+        raise ApprovalDecisionRefused(
+            f"saga {saga} already ended; nobody is waiting for request {request_id}",
+            request=request_id,
+            saga_id=saga,
+        )
+    if view.expired(now):
+        refusal = ApprovalDecisionRefused(
+            f"approval request {request_id} expired at {_utc(view.expires)}; the step was "
+            "refused and the expiry recorded",
+            request=request_id,
+            saga_id=saga,
+        )
+        if not any(d["decision"] == "expired" and d["counted"] for d in view.decisions):
+            raise _Expired(view, refusal)
+        raise refusal
+    if name in view.approvers:
+        raise ApprovalDecisionRefused(
+            f"{name} already approved request {request_id}; its quorum of {view.quorum} needs "
+            f"{view.quorum} different people ({len(view.approvers)} so far)",
+            request=request_id,
+            saga_id=saga,
         )
     return view
 
 
 def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
+
+
+# ---- standing approvals (§12.3) -------------------------------------------------------
+
+
+def add_standing(
+    wal_path: str | os.PathLike[str] | LogStore,
+    tool: str,
+    *,
+    expires: float,
+    note: str,
+    digest: str | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    arg: str | None = None,
+    max_value: float | None = None,
+    by: str | None = None,
+    encryptor: Any = None,
+) -> StandingView:
+    """Record a standing approval: ``tool`` with exactly these arguments, or up to a number.
+
+    An :class:`ApprovalQueue` asked about a call in scope approves it without asking
+    while the standing approval is in force; the intent names it
+    (``approval: {standing, digest}``). A call outside its scope is asked as usual.
+
+    Args:
+        wal_path: The write-ahead log.
+        tool: The tool it approves.
+        expires: Wall-clock seconds after which it approves nothing.
+        note: Why (recorded); required.
+        digest: Scope: exactly the call of this :func:`~agent_saga.wal.records.args_digest`
+            (of ``{tool, kwargs}``), or give ``kwargs`` and it is computed.
+        kwargs: Scope: exactly these arguments (as logged).
+        arg / max_value: Scope: any call whose number argument ``arg`` is at most
+            ``max_value``.
+        by: Who grants it (``--as NAME``; default: the OS user).
+        encryptor: For encrypted logs.
+
+    Returns:
+        Its view (``standing`` is its new id, ``std-…``).
+
+    Raises:
+        SagaUsageError: not exactly one scope, an empty note or tool, or an expiry
+            in the past.
+    """
+    if not isinstance(tool, str) or not tool:
+        raise SagaUsageError("a standing approval needs --tool")
+    if not isinstance(note, str) or not note.strip():
+        raise SagaUsageError("a standing approval needs a --note saying why")
+    if kwargs is not None:
+        if digest is not None:
+            raise SagaUsageError("give --digest or --kwargs, not both")
+        digest = R.args_digest(tool, dict(kwargs))
+    by_number = arg is not None or max_value is not None
+    if (digest is None) == (not by_number):
+        raise SagaUsageError("a standing approval needs one scope: --digest D or --arg A --max N")
+    scope: dict[str, Any]
+    if digest is not None:
+        if not digest.startswith("sha256:"):
+            raise SagaUsageError("--digest is sha256:<64 hex> (see `approvals --json`)")
+        scope = {"digest": digest}
+    else:
+        if not arg or not _number(max_value):
+            raise SagaUsageError("--arg needs --max N (a number)")
+        scope = {"arg": arg, "max": max_value}
+    if not _number(expires) or expires <= time.time():
+        raise SagaUsageError("a standing approval needs --expires in the future")
+    who = human_identity(by)
+    sid = "std-" + secrets.token_hex(8)
+    record: dict[str, Any] = {
+        "type": R.APPROVAL_STANDING,
+        "standing": sid,
+        "tool": tool,
+        "scope": scope,
+        "expires": float(expires),
+        "by": who["name"],
+        "identity": who,
+        "note": redact(note),
+        "quorum": 1,
+        "ts": time.time(),
+    }
+    store = open_store(wal_path)
+    writer = store.writer(encryptor=encryptor)
+    writer.append(record)
+    fold = SagaFold()
+    fold.apply(record, 0)
+    view = fold.standing(sid)
+    assert view is not None
+    return view
+
+
+def revoke_standing(
+    wal_path: str | os.PathLike[str] | LogStore,
+    standing_id: str,
+    *,
+    note: str = "",
+    by: str | None = None,
+    encryptor: Any = None,
+) -> StandingView:
+    """Revoke a standing approval (checked and recorded under the append lock).
+
+    Args:
+        wal_path: The write-ahead log.
+        standing_id: Its id (``std-…``), as ``approvals standing list`` shows.
+        note: Why (recorded).
+        by: Who revokes it (default: the OS user).
+        encryptor: For encrypted logs.
+
+    Returns:
+        Its view, revoked.
+
+    Raises:
+        SagaUsageError: no such standing approval, or it was revoked already.
+    """
+    who = human_identity(by)
+    store = open_store(wal_path)
+    writer = store.writer(encryptor=encryptor)
+    with writer.exclusive() as x:
+        fold = SagaFold()
+        fold.feed(x.read_from(0), only=lambda d: d.get("type") in _STANDING_TYPES)
+        view = fold.standing(standing_id)
+        if view is None:
+            raise SagaUsageError(f"no standing approval {standing_id!r} in {store.display}")
+        if view.revoked is not None:
+            raise SagaUsageError(
+                f"standing approval {standing_id} was already revoked by {view.revoked['by']}"
+            )
+        record = {
+            "type": R.APPROVAL_STANDING_REVOKED,
+            "standing": standing_id,
+            "by": who["name"],
+            "identity": who,
+            "note": redact(note),
+            "ts": time.time(),
+        }
+        offset = fold.position
+        x.append_locked([record])
+    fold.apply(record, offset)
+    return view
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -15,7 +15,11 @@ Subcommands::
     agent-saga escalations resolve ID --note TEXT [--by WHO] [--wal-path P]
     agent-saga escalations retry ID --note TEXT [--by WHO] [--wal-path P]
     agent-saga approvals --wal-path P [--all] [--json]
-    agent-saga approvals approve|deny ID --note TEXT [--by WHO] [--wal-path P]
+    agent-saga approvals approve|deny ID --note TEXT [--as WHO] [--break-glass] [--wal-path P]
+    agent-saga approvals --break-glass [--wal-path P]
+    agent-saga approvals standing add --tool T (--digest D | --kwargs JSON | --arg A --max N)
+                                      --expires WHEN --note TEXT [--as WHO]
+    agent-saga approvals standing revoke ID [--note TEXT] | standing list [--json]
     agent-saga undo SAGA_ID --wal-path P --reason TEXT [--from-step N] [--dry-run] [--json]
                     [--as NAME] [--import MODULE ...]     (docs/undo.md)
     agent-saga ui [--wal-path P] [--host H] [--port N] [--token T] [--quiet]
@@ -62,7 +66,7 @@ from typing import TextIO
 from ._cli_audit import add_audit_commands
 from ._cli_halt import add_halt_commands
 from ._cli_limits import add_limits_command
-from ._cli_queues import cmd_approvals, cmd_escalations
+from ._cli_queues import add_standing_commands, cmd_approvals, cmd_escalations
 from ._cli_runs import RUN_STATUSES, cmd_runs
 from ._cli_support import (
     EXIT_BUG,
@@ -260,7 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
     apr = sub.add_parser("approvals", help="list approval requests, or approve/deny one")
     _add_wal_path(apr)
     apr.add_argument("--all", action="store_true", help="include decided and expired requests")
-    apr.add_argument("--json", action="store_true", help="print one JSON document")
+    apr.add_argument(
+        "--json", action="store_true", help="print each request's story as one JSON document"
+    )
+    apr.add_argument(
+        "--break-glass",
+        dest="list_break_glass",
+        action="store_true",
+        help="list every break-glass decision, for review",
+    )
     apr.set_defaults(handler=cmd_approvals)
     apr_sub = apr.add_subparsers(dest="apr_command", metavar="ACTION")
     for action, verb in (("approve", "let the step run"), ("deny", "refuse the step")):
@@ -270,6 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
             description=f"{verb.capitalize()}: record the decision durably in the log.",
         )
         _add_decision_options(decide, "the request id (apr-...)", "why; recorded with the decision")
+        decide.add_argument(
+            "--break-glass",
+            action="store_true",
+            help="an emergency decision: recorded break_glass, listed for review "
+            "(an approval settles the request alone, whatever its quorum); needs --note",
+        )
+    add_standing_commands(apr_sub, _add_wal_path)
 
     add_undo_command(sub, _add_wal_path)
 

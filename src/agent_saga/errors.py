@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ApprovalDecisionRefused",
     "CompensationFailed",
     "ConcurrentWriteDetected",
     "GateRefused",
@@ -77,6 +78,21 @@ class SagaError(Exception):
 
 class SagaUsageError(SagaError, TypeError):
     """The library was called in a way it does not support; the message says how to fix it."""
+
+
+class ApprovalDecisionRefused(SagaUsageError):
+    """A decision on an approval request was not recorded (``docs/log-format.md`` §12.3).
+
+    The request is unknown, already settled, expired (then its ``expired`` decision
+    is recorded), its saga ended, or the same person already decided it.
+
+    Attributes:
+        request: The request id (``apr-…``).
+    """
+
+    def __init__(self, message: str, *, request: str, saga_id: str | None = None) -> None:
+        super().__init__(message, saga_id=saga_id)
+        self.request = request
 
 
 class UndoPlanChanged(SagaUsageError):

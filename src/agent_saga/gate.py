@@ -80,11 +80,15 @@ class Decision:
         approved: Whether the step may proceed.
         decided_by: Who or what decided (a person, an approver's or policy's name).
         reason: Why, in words a human reading the log can act on.
+        approval: The durable approval the step runs under, written to its intent
+            (``{"request", "digest"}`` or ``{"standing", "digest"}``,
+            ``docs/log-format.md`` §12.3); None for an approver that keeps no record.
     """
 
     approved: bool
     decided_by: str = "approver"
     reason: str = ""
+    approval: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @classmethod
     def approve(cls, decided_by: str, reason: str = "") -> Decision:

@@ -131,7 +131,7 @@ def test_approvals_on_a_damaged_log_lists_what_it_can_and_exits_1(
     if extra == ["--all"]:
         (row,) = proc.stdout.splitlines()[1:]
         assert row.startswith("apr-")
-        assert row.rstrip().endswith("denied by approval-queue"), "its timeout refused it"
+        assert row.rstrip().endswith("expired by approval-queue"), "its timeout refused it"
     elif extra == ["--all", "--json"]:
         (item,) = json.loads(proc.stdout)
         assert item["tool"].endswith("wire")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "governance.md"
 
 
@@ -28,3 +30,27 @@ def test_the_accounting_table_names_every_outcome_the_fold_settles() -> None:
     text = DOC.read_text(encoding="utf-8")
     for words in ("never existed", "**held**", "released", "consumed", "credited back"):
         assert words in text
+
+
+def test_the_standing_approval_commands_run_as_documented(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    from agent_saga.cli import main
+
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("**Standing approvals.**") : text.index("**The story.**")]
+    [block] = re.findall(r"```text\n(.*?)```", section, re.S)
+    wal = str(tmp_path / "agent.wal")
+    ids: list[str] = []
+    for line in block.strip().splitlines():
+        argv = shlex.split(line)[1:]
+        argv[argv.index("--wal-path") + 1] = wal
+        if argv[:3] == ["approvals", "standing", "revoke"]:
+            argv[3] = ids[0]  # the id the first `add` printed
+        if "--expires" in argv and argv[argv.index("--expires") + 1].startswith("2027"):
+            argv[argv.index("--expires") + 1] = "2999-01-31T18:00:00Z"  # always ahead
+        assert main(argv) == 0, capsys.readouterr().err
+        ids += re.findall(r"std-[0-9a-f]{16}", capsys.readouterr().out)
+    assert len(set(ids)) == 2

@@ -19,7 +19,6 @@ from typing import Any
 from .. import ApprovalQueue
 from ..gate import ApprovalRequest, Approver, Decision
 from ..gate import Policy as GatePolicy
-from ..wal import records as R
 from ._stderr import say
 from .policy import Policy
 
@@ -82,7 +81,9 @@ class _Announcing:
         self.name = getattr(inner, "name", "approver")
 
     async def __call__(self, request: ApprovalRequest) -> Any:
-        rid = R.approval_id(request.saga_id, request.step)
+        from ..approvals import request_id
+
+        rid = request_id(request)
         say(
             f"{request.tool!r} is IRREVERSIBLE and waits for a human: "
             f"agent-saga approvals approve {rid} --note '...' --wal-path {self._wal} "

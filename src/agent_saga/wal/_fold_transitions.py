@@ -34,6 +34,7 @@ from .views import (
     HistoryEvent,
     RetryView,
     SagaView,
+    StandingView,
     StepView,
     UndoView,
 )
@@ -53,6 +54,34 @@ _OUTCOMES: Final = {o: o for o in r.TERMINAL_OUTCOMES}
 def when(ts: Any) -> float | None:
     """A record's ``ts`` as a float, or None when it has none (or a bad one)."""
     return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
+
+
+def _quorum(value: Any) -> int:
+    """A request's ``quorum``: a positive int, else 1 (requests written before quorums)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _decider(rec: Mapping[str, Any]) -> str:
+    """Whom a decision counts as: ``identity.name``, else ``by`` (records before identities)."""
+    identity = rec.get("identity")
+    if isinstance(identity, dict) and isinstance(identity.get("name"), str):
+        return str(identity["name"])
+    return str(rec["by"])
+
+
+def _not_counted(
+    a: ApprovalView, rec: Mapping[str, Any], name: str, ts: float | None
+) -> str | None:
+    """Why a decision does not count towards its request (§12.3), or None when it does."""
+    if a.decided:
+        return f"after the request was {a.decision}"
+    if a.digest is not None and rec.get("digest") not in (None, a.digest):
+        return "for another call digest"
+    if rec["decision"] != "expired" and ts is not None and ts >= a.expires:
+        return "after the request expired"
+    if rec["decision"] != "expired" and name in a.approvers:
+        return "a second decision by the same person"
+    return None
 
 
 def _step_text(step: Any, text: Any, eid: str) -> str:
@@ -82,6 +111,7 @@ class FoldTransitions:
     _undos: dict[tuple[str, str], UndoView]
     _hold: frozenset[str]
     _saga_approvals: dict[str, list[str]]
+    _standing: dict[str, StandingView]
     anomalies: list[Anomaly]
     anomaly_count: int
     repairs: list[dict[str, Any]]
@@ -121,6 +151,28 @@ class FoldTransitions:
             s.attempts += 1
         s.attempt_states[a], s.attempt_offsets[a] = "intent", off
         self._forward_changed(s)
+        approval = rec.get("approval")
+        if isinstance(approval, Mapping):
+            self._approval_used(approval, rec, off, ts)
+
+    def _approval_used(
+        self, approval: Mapping[str, Any], rec: Mapping[str, Any], off: int, ts: Any
+    ) -> None:
+        """``intent.approval`` (§12.3): the request or standing approval the attempt ran under."""
+        use = {
+            "saga": rec["saga"],
+            "step": rec["step"],
+            "attempt": rec["attempt"],
+            "digest": approval.get("digest"),
+            "offset": off,
+            "ts": when(ts),
+        }
+        request = self._approvals.get(str(approval.get("request")))
+        if request is not None:
+            request.used_by.append(use)
+        standing = self._standing.get(str(approval.get("standing")))
+        if standing is not None:
+            standing.used_by.append(use)
 
     def _committed(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         s = self._step(v, rec, off)
@@ -261,6 +313,9 @@ class FoldTransitions:
             saga_ended=saga_id in self._ended,
             digest=rec.get("digest"),
             usage=rec.get("usage"),
+            quorum=_quorum(rec.get("quorum")),
+            ttl=when(rec.get("ttl")),
+            agent=rec.get("agent") if isinstance(rec.get("agent"), dict) else None,
         )
         ids = self._saga_approvals.setdefault(saga_id, [])
         if rid not in ids:
@@ -291,15 +346,67 @@ class FoldTransitions:
             if not self._forgotten(rec["saga"]):  # forgotten with its saga: nothing to do
                 self._anomaly(off, "malformed", f"decision of unknown request {rec['request']}")
             return
-        if a.decided:
-            return  # the first decision wins
-        if a.digest is not None and rec.get("digest") not in (None, a.digest):
-            a.ignored.append((off, rec["by"]))  # decided for another call: not this one's
-            self._anomaly(off, "malformed", f"decision of {a.request} for another call digest")
+        identity = rec.get("identity")
+        name = _decider(rec)
+        entry: dict[str, Any] = {
+            "ts": when(ts),
+            "offset": off,
+            "decision": rec["decision"],
+            "by": rec["by"],
+            "identity": identity if isinstance(identity, dict) else None,
+            "note": rec["note"],
+            "break_glass": rec.get("break_glass") is True,
+            "digest": rec.get("digest"),
+            "counted": False,
+        }
+        a.decisions.append(entry)
+        why = _not_counted(a, rec, name, when(ts))
+        if why is not None:
+            entry["why"] = why
+            a.ignored.append((off, rec["by"]))  # §12.3: not counted
+            if why == "for another call digest":
+                self._anomaly(off, "malformed", f"decision of {a.request} for another call digest")
             return
-        a.decision, a.decided_by, a.note = rec["decision"], rec["by"], rec["note"]
-        a.decided_ts, a.decided_offset = ts, off
-        a.identity = rec.get("identity")
+        entry["counted"] = True
+        if rec["decision"] == "approved":
+            a.approvers.append(name)
+            if not entry["break_glass"] and len(a.approvers) < a.quorum:
+                return  # a quorum is not reached yet
+            a.decision, a.decided_by = "approved", "+".join(a.approvers)
+        else:
+            a.decision, a.decided_by = rec["decision"], rec["by"]
+        a.note, a.decided_ts, a.decided_offset = rec["note"], ts, off
+        a.identity = entry["identity"]
+        a.break_glass = entry["break_glass"]
+
+    def _standing_added(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        identity = rec.get("identity")
+        self._standing[rec["standing"]] = StandingView(
+            rec["standing"],
+            rec["tool"],
+            dict(rec["scope"]),
+            float(rec["expires"]),
+            rec["by"],
+            identity if isinstance(identity, dict) else None,
+            rec.get("note"),
+            _quorum(rec.get("quorum")),
+            when(ts),
+            off,
+        )
+
+    def _standing_revoked(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        found = self._standing.get(rec["standing"])
+        if found is None:
+            self._anomaly(off, "malformed", f"revocation of unknown standing {rec['standing']}")
+            return
+        if found.revoked is None:
+            found.revoked = {
+                "by": rec["by"],
+                "identity": rec.get("identity"),
+                "note": rec.get("note"),
+                "ts": when(ts),
+                "offset": off,
+            }
 
     # -- status -------------------------------------------------------------------
 
@@ -524,6 +631,8 @@ UNSCOPED: Final = {
     r.ESCALATION_RESOLVED: FoldTransitions._resolve,
     r.APPROVAL_REQUESTED: FoldTransitions._approval_requested,
     r.APPROVAL_DECIDED: FoldTransitions._approval_decided,
+    r.APPROVAL_STANDING: FoldTransitions._standing_added,
+    r.APPROVAL_STANDING_REVOKED: FoldTransitions._standing_revoked,
     r.ESCALATION_RETRY: FoldTransitions._retry,
     r.LOG_HEADER: FoldTransitions._log_meta,
     r.TAIL_REPAIRED: FoldTransitions._log_meta,

@@ -108,10 +108,18 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
     r.APPROVAL_DECIDED: {
         "request": _str,
         "saga": _str,
-        "decision": lambda v: v in ("approved", "denied"),
+        "decision": lambda v: v in ("approved", "denied", "expired"),
         "by": _any,
         "note": _any,
     },
+    r.APPROVAL_STANDING: {
+        "standing": _str,
+        "tool": _str,
+        "scope": lambda v: isinstance(v, dict),
+        "expires": _is_num,
+        "by": _any,
+    },
+    r.APPROVAL_STANDING_REVOKED: {"standing": _str, "by": _any},
     r.ESCALATION_RETRY: {
         "escalation": _str,
         "saga": _str,

@@ -22,10 +22,15 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
 ``escalation_resolved`` escalation, note, by
 ``claim``               saga, by, expires (wall-clock seconds), fence (int)
 ``saga_end``            saga, outcome ("committed"|"rolled_back"|"escalated"), by
-``approval_requested``  saga, [name], step, tool, semantics, kwargs, request, expires
-                        (wall-clock seconds), by — a durable approval queue asks a human
-``approval_decided``    request, saga, decision ("approved"|"denied"), by, note — the
-                        first decision for a request wins; later ones are ignored
+``approval_requested``  saga, [name], step, tool, semantics, kwargs, request, digest,
+                        quorum, ttl, expires (wall-clock seconds), agent, by, [usage] —
+                        a durable approval queue asks a human (§12.3)
+``approval_decided``    request, saga, digest, decision ("approved"|"denied"|"expired"),
+                        by, identity, note, [break_glass] — approved once ``quorum``
+                        distinct names approved before expiry and before any denial
+``approval_standing``   standing, tool, scope ({digest} | {arg, max}), expires, by,
+                        identity, note, quorum — a standing approval (§12.3);
+                        ``approval_standing_revoked`` standing, by, identity, note
 ``escalation_retry``    escalation, saga, step, note, by — an operator asks recovery
                         to try an escalated step again once its cause is fixed
 ``log_header``          format, log, created, encryption, key_id, key_check — the
@@ -60,6 +65,8 @@ from typing import Final
 __all__ = [
     "APPROVAL_DECIDED",
     "APPROVAL_REQUESTED",
+    "APPROVAL_STANDING",
+    "APPROVAL_STANDING_REVOKED",
     "CHECKPOINT",
     "CLAIM",
     "COMMITTED",
@@ -87,6 +94,7 @@ __all__ = [
     "UNDONE",
     "UNDO_REQUESTED",
     "approval_id",
+    "args_digest",
     "call_digest",
     "idempotency_key",
     "recovery_token",
@@ -108,6 +116,8 @@ CLAIM: Final = "claim"
 SAGA_END: Final = "saga_end"
 APPROVAL_REQUESTED: Final = "approval_requested"
 APPROVAL_DECIDED: Final = "approval_decided"
+APPROVAL_STANDING: Final = "approval_standing"
+APPROVAL_STANDING_REVOKED: Final = "approval_standing_revoked"
 ESCALATION_RETRY: Final = "escalation_retry"
 LOG_HEADER: Final = "log_header"
 TAIL_REPAIRED: Final = "tail_repaired"
@@ -135,6 +145,8 @@ RECORD_TYPES: Final = frozenset(
         SAGA_END,
         APPROVAL_REQUESTED,
         APPROVAL_DECIDED,
+        APPROVAL_STANDING,
+        APPROVAL_STANDING_REVOKED,
         ESCALATION_RETRY,
         LOG_HEADER,
         TAIL_REPAIRED,
@@ -149,7 +161,9 @@ RECORD_TYPES: Final = frozenset(
 )
 
 #: Log-wide governance records (``docs/log-format.md`` §12.2, §12.4): no saga of their own.
-GOVERNANCE_TYPES: Final = frozenset({HALT, RESUME, LIMIT_DECLARED, LIMIT_CARRY})
+GOVERNANCE_TYPES: Final = frozenset(
+    {HALT, RESUME, LIMIT_DECLARED, LIMIT_CARRY, APPROVAL_STANDING, APPROVAL_STANDING_REVOKED}
+)
 
 #: Records about the log itself rather than a saga (``docs/log-format.md`` §1, §8, §12.7).
 META_TYPES: Final = frozenset({LOG_HEADER, TAIL_REPAIRED, CHECKPOINT})
@@ -198,7 +212,25 @@ def call_digest(saga_id: str, step: int, tool: str, semantics: str, kwargs: obje
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def approval_id(saga_id: str, step: int, purpose: str = "approval") -> str:
+def args_digest(tool: str, kwargs: object) -> str:
+    """``"sha256:"`` of a tool and its arguments alone: a standing approval's ``{digest}``.
+
+    A standing approval outlives any one saga, so its digest leaves out the saga and
+    the step :func:`call_digest` binds: canonical JSON of ``{tool, kwargs}``.
+    """
+    canonical = json.dumps(
+        {"tool": tool, "kwargs": kwargs},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+        default=repr,
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def approval_id(
+    saga_id: str, step: int, purpose: str = "approval", digest: str | None = None
+) -> str:
     """Return the deterministic id of the approval request for a step (``apr-…``).
 
     Derived like escalation ids, so the waiting agent, the CLI and the UI name the
@@ -209,12 +241,16 @@ def approval_id(saga_id: str, step: int, purpose: str = "approval") -> str:
         step: The step number.
         purpose: ``"approval"`` (an IRREVERSIBLE step), or ``"approval/limit"`` (a
             step over a limit with ``over_limit="approve"``): one step may need both.
+        digest: The call's :func:`call_digest`: other arguments, another request
+            (None: the id of requests written before digests named them).
 
     Returns:
         ``"apr-"`` followed by 16 hex digits.
     """
-    digest = hashlib.sha256(f"agent-saga/{purpose}/{saga_id}/{step}".encode()).hexdigest()
-    return f"apr-{digest[:16]}"
+    text = f"agent-saga/{purpose}/{saga_id}/{step}"
+    if digest is not None:
+        text += f"/{digest}"
+    return f"apr-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def undo_id(saga_id: str, from_step: int | None) -> str:

@@ -90,6 +90,7 @@ from .views import (
     HistoryEvent,
     RetryView,
     SagaView,
+    StandingView,
     StepView,
     UndoView,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "RetryView",
     "SagaFold",
     "SagaView",
+    "StandingView",
     "StepView",
     "UndoView",
     "fold_file",
@@ -182,6 +184,7 @@ class SagaFold(FoldTransitions):
         self._undos: dict[tuple[str, str], UndoView] = {}  # (saga, undo id) -> not done
         self._hold = hold
         self._saga_approvals: dict[str, list[str]] = {}  # saga id -> request ids
+        self._standing: dict[str, StandingView] = {}  # standing approvals, log-wide
         self.anomalies: list[Anomaly] = []
         self.anomaly_count = 0
         self.damages: list[Damage] = []
@@ -502,6 +505,21 @@ class SagaFold(FoldTransitions):
             Its view, decided or not.
         """
         return self._approvals.get(request)
+
+    def standing_approvals(self) -> list[StandingView]:
+        """Return every standing approval recorded (in force, expired or revoked), oldest first."""
+        return sorted(self._standing.values(), key=lambda a: a.offset)
+
+    def standing(self, standing: str) -> StandingView | None:
+        """Return the standing approval ``standing`` (``std-…``), or None when unknown.
+
+        Args:
+            standing: Its id.
+
+        Returns:
+            Its view.
+        """
+        return self._standing.get(standing)
 
     def open_approvals(self, *, now: float | None = None) -> list[ApprovalView]:
         """Return the requests a human can still answer, oldest first.

@@ -6,6 +6,7 @@ record at a time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "HistoryEvent",
     "RetryView",
     "SagaView",
+    "StandingView",
     "StepView",
     "UndoView",
 ]
@@ -161,15 +163,29 @@ class ApprovalView:
         expires: Wall-clock seconds after which the request can no longer be decided.
         requested_by: The writer (lease owner) of the process waiting for the answer.
         offset / ts: Where and when the request was recorded.
-        decision: ``"approved"``, ``"denied"``, or None while undecided. Only the
-            first ``approval_decided`` for a request counts.
-        decided_by / note / decided_ts / decided_offset: From that decision.
+        decision: ``"approved"`` (``quorum`` distinct names approved, or one
+            break-glass approval), ``"denied"``, ``"expired"``, or None while
+            undecided. Decisions after it are not counted.
+        decided_by / note / decided_ts / decided_offset: From the decision that
+            settled it (``decided_by``: the approvers' names joined by ``+`` when
+            a quorum approved).
         saga_ended: The saga has a ``saga_end``: nobody waits for an answer any more.
         digest: ``sha256:`` of the canonical call the request is for (tool,
             semantics, saga, step, kwargs); None for requests written before it.
         usage: Over a limit with ``over_limit="approve"``: the limit's numbers.
         identity: How the decider is known (``{"how", "name"}``), when recorded.
-        ignored: Decisions not counted: made for another digest (``[(offset, by)]``).
+        ignored: Decisions not counted: made for another digest, a second one by the
+            same person, or after the request settled or expired (``[(offset, by)]``).
+        quorum: How many distinct people must approve (§12.3; 1 before quorums).
+        ttl: Seconds the request stays open (None for requests written before it).
+        agent: The asking process, ``{"host", "pid"}``, when recorded.
+        approvers: The names whose approvals counted so far.
+        decisions: Every ``approval_decided`` of the request, in log order: ``{ts,
+            offset, decision, by, identity, note, break_glass, digest, counted,
+            [why]}`` (``why``: why it was not counted).
+        used_by: The attempts that ran under the request, from ``intent.approval``:
+            ``{saga, step, attempt, offset, ts}``.
+        break_glass: A break-glass decision settled it.
     """
 
     request: str
@@ -193,10 +209,17 @@ class ApprovalView:
     usage: dict[str, Any] | None = None
     identity: dict[str, Any] | None = None
     ignored: list[tuple[int, Any]] = field(default_factory=list)
+    quorum: int = 1
+    ttl: float | None = None
+    agent: dict[str, Any] | None = None
+    approvers: list[str] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    used_by: list[dict[str, Any]] = field(default_factory=list)
+    break_glass: bool = False
 
     @property
     def decided(self) -> bool:
-        """True once an ``approval_decided`` record answered the request."""
+        """True once ``approval_decided`` records settled the request."""
         return self.decision is not None
 
     def expired(self, now: float) -> bool:
@@ -209,6 +232,63 @@ class ApprovalView:
             True when undecided and ``expires`` is not after ``now``.
         """
         return self.decision is None and self.expires <= now
+
+
+@dataclass(slots=True)
+class StandingView:
+    """A standing approval (``approval_standing``, §12.3) and what became of it.
+
+    Attributes:
+        standing: Its id (``std-…``).
+        tool: The tool it approves.
+        scope: ``{"digest": ...}`` (exactly these arguments, :func:`~agent_saga.wal.
+            records.args_digest`) or ``{"arg": name, "max": number}``.
+        expires: Wall-clock seconds after which it no longer approves anything.
+        by / identity / note / quorum / ts / offset: From the record.
+        revoked: The ``approval_standing_revoked`` record, once revoked.
+        used_by: The attempts that ran under it: ``{saga, step, attempt, digest}``.
+    """
+
+    standing: str
+    tool: str
+    scope: dict[str, Any]
+    expires: float
+    by: Any
+    identity: dict[str, Any] | None
+    note: Any
+    quorum: int
+    ts: float | None
+    offset: int
+    revoked: dict[str, Any] | None = None
+    used_by: list[dict[str, Any]] = field(default_factory=list)
+
+    def in_force(self, now: float) -> bool:
+        """Not revoked and not expired as of ``now`` (wall-clock seconds)."""
+        return self.revoked is None and self.expires > now
+
+    def covers(self, tool: str, kwargs: Mapping[str, Any], args_digest: str) -> bool:
+        """Whether a call of ``tool`` with ``kwargs`` is inside this approval's scope.
+
+        Args:
+            tool: The tool called.
+            kwargs: Its arguments, as logged.
+            args_digest: ``records.args_digest(tool, kwargs)``.
+
+        Returns:
+            True for the same tool and either the same digest, or a number argument
+            no larger than ``max``. In force or not is :meth:`in_force`'s question.
+        """
+        if tool != self.tool:
+            return False
+        if "digest" in self.scope:
+            return bool(self.scope["digest"] == args_digest)
+        value = kwargs.get(str(self.scope.get("arg")))
+        limit = self.scope.get("max")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if isinstance(limit, bool) or not isinstance(limit, int | float):
+            return False
+        return value <= limit
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""``agent-saga wal seal|prove`` and the tree half of ``wal verify``: the verifiable log.
+"""``agent-saga wal seal|prove|export``, the tree half of ``wal verify`` and ``--bundle``.
 
 What each command does lives in the log layer (:mod:`agent_saga.wal.proofs`,
 :mod:`agent_saga.wal.audit`); here are its flags and its output. ``docs/audit.md``
@@ -14,20 +14,30 @@ import os
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from . import _config
 from ._cli_common import open_wal
-from ._cli_support import EXIT_DAMAGE, EXIT_OK
-from .errors import SagaUsageError
+from ._cli_support import DISTRIBUTION, EXIT_DAMAGE, EXIT_OK
+from .errors import SagaUsageError, WALError
 from .wal.audit import AuditReport
-from .wal.checkpoints import signing_key, verifying_key, write_anchor
+from .wal.checkpoints import AuditKey, signing_key, verifying_key, write_anchor
 from .wal.proofs import prove, seal
+from .wal.verifier import ProofError, verify_bundle
 
-__all__ = ["add_audit_commands", "audit_json", "cmd_prove", "cmd_seal", "print_audit"]
+__all__ = [
+    "add_audit_commands",
+    "audit_json",
+    "cmd_export",
+    "cmd_prove",
+    "cmd_seal",
+    "cmd_verify_bundle",
+    "print_audit",
+]
 
 
 def add_audit_commands(
     wal_sub: Any, add_wal_path: Callable[[argparse.ArgumentParser], None]
 ) -> None:
-    """Add ``wal seal`` and ``wal prove`` to the ``wal`` command group."""
+    """Add ``wal seal``, ``prove`` and ``export``, and ``verify --bundle``, to ``wal``."""
     seal_p = wal_sub.add_parser(
         "seal", help="append a signed checkpoint of the log and keep a copy outside it"
     )
@@ -50,6 +60,40 @@ def add_audit_commands(
         "--out", default="-", metavar="FILE", help="the proof file (default: - for stdout)"
     )
     prove_p.set_defaults(handler=cmd_prove)
+
+    export_p = wal_sub.add_parser(
+        "export", help="write the log as a bundle that verifies offline (write once)"
+    )
+    add_wal_path(export_p)
+    export_p.add_argument(
+        "--out", required=True, metavar="DIR", help="a new (or empty) directory for the bundle"
+    )
+    export_p.set_defaults(handler=cmd_export)
+
+    # ``wal verify`` is declared with the other log commands; its bundle form is here.
+    verify_p = wal_sub.choices.get("verify")
+    if verify_p is not None:
+        verify_p.add_argument(
+            "--bundle", metavar="DIR", help="check a bundle (wal export) instead of a log"
+        )
+        verify_p.add_argument(
+            "--key",
+            metavar="KEY",
+            help="with --bundle: the signer's key (default: $AGENT_SAGA_AUDIT_KEY)",
+        )
+        log_handler = verify_p.get_default("handler")
+
+        def cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+            if args.bundle is not None:
+                return cmd_verify_bundle(args, out, err)
+            if args.key is not None:
+                raise SagaUsageError(
+                    "--key goes with --bundle; for a log, set AGENT_SAGA_AUDIT_KEY"
+                )
+            code: int = log_handler(args, out, err)
+            return code
+
+        verify_p.set_defaults(handler=cmd_verify)
 
 
 def cmd_seal(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -102,6 +146,70 @@ def cmd_prove(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         return EXIT_DAMAGE
     return EXIT_OK
+
+
+def _export_key(err: TextIO) -> AuditKey | None:
+    """The key that signs the bundle's head: ``AGENT_SAGA_AUDIT_KEY`` when it can sign."""
+    if _config.audit_key_text() is None:
+        return None
+    try:
+        return signing_key()
+    except SagaUsageError:
+        verifying_key()  # unreadable key text: raises with its own message
+        err.write(
+            "agent-saga: note: AGENT_SAGA_AUDIT_KEY is a public key: the bundle carries the "
+            "log's checkpoints but no head.checkpoint of its own\n"
+        )
+        return None
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``agent-saga wal export``: the log as a write-once bundle (exit 1: it fails checks)."""
+    from importlib import metadata
+
+    from .wal.export import export_bundle
+
+    key = _export_key(err)
+    store = open_wal(args)
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        from . import __version__ as version
+    done = export_bundle(store, args.out, key=key, version=version)
+    m = done.manifest
+    out.write(
+        f"{store.display}: exported {m['size']} leaves, root {m['root']}, "
+        f"{m['checkpoints']} checkpoint(s) to {done.path}\n"
+    )
+    if done.head is not None:
+        cp = done.head
+        out.write(f"head.checkpoint: signs all {cp.size} leaves ({cp.alg} key {cp.key_id})\n")
+        if key is not None and key.public_text is not None:
+            out.write(f"public key: {key.public_text}\n")
+    for w in done.warnings:
+        err.write(f"agent-saga: warning: {w}\n")
+    return EXIT_DAMAGE if done.warnings else EXIT_OK
+
+
+def cmd_verify_bundle(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``agent-saga wal verify --bundle DIR``: what the bundle's own verifier.py checks."""
+    if args.anchor is not None or args.wal_path is not None:
+        raise SagaUsageError("--bundle checks a bundle alone: give no --wal-path or --anchor")
+    key = verifying_key(args.key) if args.key is not None else verifying_key()
+    try:
+        notes, findings = verify_bundle(args.bundle, key)
+    except (OSError, ProofError, UnicodeDecodeError) as exc:
+        raise WALError(f"the bundle {args.bundle}: {exc}", path=args.bundle) from None
+    if args.json:
+        doc = {"bundle": args.bundle, "notes": notes, "findings": findings, "ok": not findings}
+        out.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        for line in notes:
+            out.write(line + "\n")
+        for line in findings:
+            out.write(f"tampered: {line}\n")
+        out.write("intact\n" if not findings else f"tampered: {len(findings)} finding(s)\n")
+    return EXIT_DAMAGE if findings else EXIT_OK
 
 
 def audit_json(a: AuditReport) -> dict[str, Any]:

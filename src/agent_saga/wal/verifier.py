@@ -2,9 +2,12 @@
 
 Run it as ``python -m agent_saga.wal.verifier PROOF.json --key KEY`` where agent-saga
 is installed, or copy this one file anywhere and run ``python verifier.py PROOF.json
---key KEY``: it needs Python 3.10+ and the standard library; ``cryptography`` only to
-check Ed25519 signatures (imported when one is checked). ``docs/audit.md`` describes
-the files and ``docs/log-format.md`` §12.7 the tree.
+--key KEY`` (a proof file, ``agent-saga wal prove``) or ``python verifier.py --bundle
+DIR --key KEY`` (a bundle, ``agent-saga wal export``; every bundle ships this file):
+it needs Python 3.10+ and the standard library; ``cryptography`` only to check
+Ed25519 signatures (imported when one is checked). ``docs/audit.md`` describes the
+files and ``docs/log-format.md`` §12.7 the tree. The bundle checks are this file's
+second part, after the proof files.
 
 The tree is RFC 6962's: a leaf is ``SHA-256(0x00 || payload)``, an interior node
 ``SHA-256(0x01 || left || right)``; inclusion and consistency proofs are checked with
@@ -21,8 +24,10 @@ is that text, a blank line, ``sig <alg> <key id> <base64 signature> [<base64 pub
 key>]`` and optionally ``frontier <base64> ...`` (the perfect subtrees' roots, left
 to right: they fold to the root, and let ``wal verify`` say where a log departs).
 
-Exit status of the command: 0 every proof verifies, 1 a proof or a signature fails,
-2 a file cannot be read (or no key was given to pin the signer).
+Exit status of the command: 0 every proof verifies (a bundle is intact), 1 a proof or
+a signature fails (a bundle was tampered with: one line per finding), 2 a file cannot
+be read, is corrupt, or is signed with another key or for another log (or no key was
+given to pin the signer).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "BUNDLE_FORMAT",
     "CHECKPOINT_HEADER",
     "EMPTY_ROOT",
     "PROOF_FORMAT",
@@ -57,6 +63,7 @@ __all__ = [
     "parse_checkpoint",
     "parse_key",
     "root_from_inclusion",
+    "verify_bundle",
     "verify_consistency",
     "verify_inclusion",
     "verify_proof_document",
@@ -66,6 +73,8 @@ __all__ = [
 CHECKPOINT_HEADER = "agent-saga/checkpoint/v1"
 #: The ``format`` of a proof file written by ``agent-saga wal prove``.
 PROOF_FORMAT = "agent-saga/proof/v1"
+#: The ``format`` of a bundle's ``manifest.json`` (``agent-saga wal export``).
+BUNDLE_FORMAT = "agent-saga/bundle/v1"
 #: The root of the empty tree: ``SHA-256()`` (RFC 6962 §2.1).
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
@@ -547,18 +556,260 @@ def _check_record(i: int, item: Any, cp: Checkpoint) -> list[str]:
     return []
 
 
+# ==================================================================== bundles (second part)
+# ``agent-saga wal export`` writes a directory (docs/audit.md, "Export and offline
+# verification"): manifest.json, records.jsonl (one leaf a line: leaf, at, kind,
+# payload_b64 and, for a plain record, the record's JSON), checkpoints.jsonl (one
+# checkpoint record of the log a line: leaf, at, checkpoint in file form), optionally
+# head.checkpoint (the exporter's signature of the whole tree), RULES.md and this file.
+# Read in one streaming pass: memory is O(log n) per checkpoint, never O(n).
+
+
+def _bundle_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise ProofError(f"cannot read {what}: {exc.strerror or exc}") from None
+    except ValueError:
+        raise ProofError(f"{what} is not JSON") from None
+
+
+def _sha256_file(path: str) -> str:
+    h = _sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _subtrees(size: int) -> list[tuple[int, int]]:
+    """The leaf ranges of the perfect subtrees of a tree of ``size`` leaves, left to right."""
+    out, at = [], 0
+    for bit in range(size.bit_length() - 1, -1, -1):
+        if size >> bit & 1:
+            out.append((at, at + (1 << bit)))
+            at += 1 << bit
+    return out
+
+
+def _read_checkpoints(
+    bundle: str, files: dict[str, str], log: str, key: VerifyKey | None
+) -> tuple[list[tuple[str, int | None, Checkpoint]], VerifyKey | None, list[str]]:
+    """Every checkpoint of the bundle: ``(where, leaf, checkpoint)``; the key to check them."""
+    found: list[tuple[str, int | None, Checkpoint]] = []
+    with open(f"{bundle}/checkpoints.jsonl", "rb") as f:
+        for n, line in enumerate(f, 1):
+            where = f"checkpoints.jsonl line {n}"
+            try:
+                item = json.loads(line)
+                leaf, text = item["leaf"], item["checkpoint"]
+                if not isinstance(leaf, int) or not isinstance(text, str):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                raise ProofError(f"{where} is corrupt: not a checkpoint entry") from None
+            found.append((where, leaf, _parse_in(text, where)))
+    if "head.checkpoint" in files:
+        found.append(
+            (
+                "head.checkpoint",
+                None,
+                _parse_in(_read(f"{bundle}/head.checkpoint"), "head.checkpoint"),
+            )
+        )
+    notes: list[str] = []
+    for where, _, cp in found:
+        if cp.log != log:
+            raise ProofError(
+                f"{where} is a checkpoint of log {cp.log}, not of this bundle's log {log}"
+            )
+        if key is None:
+            key = cp.embedded_key()
+            if key is None:
+                raise ProofError(f"give the signer's key (--key): {where} names none")
+            notes.append(f"signer not pinned: checked against the key {where} names ({key.key_id})")
+        elif key.key_id != cp.key_id or key.alg != cp.alg:
+            raise ProofError(
+                f"{where} is signed with another key ({cp.alg} {cp.key_id}, expected "
+                f"{key.alg} {key.key_id})"
+            )
+    return found, key, notes
+
+
+def _parse_in(text: str, where: str) -> Checkpoint:
+    try:
+        return parse_checkpoint(text)
+    except ProofError as exc:
+        raise ProofError(f"{where} is corrupt: {exc}") from None
+
+
+def verify_bundle(bundle: str, key: VerifyKey | None) -> tuple[list[str], list[str]]:
+    """Check a bundle written by ``agent-saga wal export``.
+
+    Every file against the manifest's SHA-256; the leaves of ``records.jsonl``, folded
+    into the tree, against the manifest's size and root and against every checkpoint's
+    root at its size; each checkpoint's signature; each plain record's JSON against
+    its payload (so its lines can be read as they are).
+
+    Args:
+        bundle: The bundle's directory.
+        key: The signer's key you trust; None accepts the Ed25519 key the checkpoints
+            name (said in the notes: that only proves consistency, not who signed).
+
+    Returns:
+        ``(notes, findings)``: what was checked, and each sign of tampering (one line).
+
+    Raises:
+        ProofError: unreadable or corrupt, another log's checkpoint, another key.
+    """
+    man = _bundle_json(f"{bundle}/manifest.json", "manifest.json")
+    if not isinstance(man, dict) or man.get("format") != BUNDLE_FORMAT:
+        raise ProofError(f"manifest.json is not an agent-saga bundle manifest ({BUNDLE_FORMAT})")
+    files, log, size, root = man.get("files"), man.get("log"), man.get("size"), man.get("root")
+    if not (
+        isinstance(files, dict)
+        and isinstance(log, str)
+        and isinstance(size, int)
+        and isinstance(root, str)
+        and {"records.jsonl", "checkpoints.jsonl"} <= files.keys()
+    ):
+        raise ProofError("manifest.json lacks files, log, size or root")
+    bad: list[str] = []
+    for name, digest in files.items():
+        if "/" in name or "\\" in name or name.startswith("."):
+            raise ProofError(f"manifest.json names a file outside the bundle: {name!r}")
+        try:
+            got = _sha256_file(f"{bundle}/{name}")
+        except OSError as exc:
+            raise ProofError(
+                f"cannot read {name}, which the manifest lists: {exc.strerror}"
+            ) from None
+        if got != digest:
+            bad.append(f"{name}: its SHA-256 is not the one manifest.json gives")
+    with open(f"{bundle}/records.jsonl", "rb") as f:
+        first = f.readline()
+    try:
+        header = json.loads(first).get("record") or {}
+        header_log = header.get("log") if header.get("type") == "log_header" else None
+    except (ValueError, AttributeError):
+        header_log = None  # reported below, with the line
+    if isinstance(header_log, str) and header_log != log:
+        bad.append(f"manifest.json: log {log}, but records.jsonl's header names {header_log}")
+        log = header_log
+    cps, key, notes = _read_checkpoints(bundle, files, log, key)
+    want = {cp.size for _, _, cp in cps} | {size}
+    roots: dict[int, tuple[bytes, list[bytes]]] = {0: (EMPTY_ROOT, [])} if 0 in want else {}
+    nodes: list[bytes] = []
+    types: dict[str, int] = {}
+    cp_records: dict[int, tuple[Any, Any, Any]] = {}
+    n = t = encrypted = expect = 0
+    with open(f"{bundle}/records.jsonl", "rb") as f:
+        for n, line in enumerate(f, 1):
+            where = f"records.jsonl line {n}"
+            try:
+                item = json.loads(line)
+                payload = base64.b64decode(item["payload_b64"], validate=True)
+                leaf, kind = item["leaf"], item["kind"]
+            except (ValueError, KeyError, TypeError, binascii.Error):
+                bad.append(f"{where}: not a record line (leaf, kind, payload_b64)")
+                continue
+            if leaf != expect:  # said once per departure, not for every line after it
+                bad.append(f"{where}: numbered leaf {leaf}, not {expect}: lines removed or added")
+            expect = leaf + 1 if isinstance(leaf, int) else expect + 1
+            if kind == 1:
+                try:
+                    decoded = json.loads(payload)
+                except ValueError:
+                    decoded = None
+                if not isinstance(decoded, dict) or decoded != item.get("record"):
+                    bad.append(f"{where} (leaf {t}): its record is not its payload")
+                if isinstance(decoded, dict):  # the payload is what the tree hashes
+                    rtype = str(decoded.get("type"))
+                    types[rtype] = types.get(rtype, 0) + 1
+                    if rtype == "checkpoint":
+                        sig = decoded.get("sig")
+                        sig_value = sig.get("value") if isinstance(sig, dict) else None
+                        cp_records[t] = (decoded.get("size"), decoded.get("root"), sig_value)
+            else:
+                encrypted += 1
+            nodes.append(leaf_hash(payload))
+            count, t = t, t + 1  # the leaves before this one: merge the subtrees it completes
+            while count & 1:
+                right = nodes.pop()
+                nodes[-1] = node_hash(nodes[-1], right)
+                count >>= 1
+            if t in want:
+                roots[t] = (fold_frontier(nodes), list(nodes))
+    b64 = base64.b64encode
+    if t != size:
+        bad.append(f"manifest.json: size {size}, but records.jsonl has {t} leaves")
+    elif b64(roots[t][0]).decode() != root:
+        bad.append(f"manifest.json: root {root}, but records.jsonl's {t} leaves fold to another")
+    if not encrypted and man.get("by_type") is not None and man.get("by_type") != types:
+        bad.append("manifest.json: its counts by record type are not those of records.jsonl")
+    verified, covered = 0, 0
+    for where, leaf, cp in cps:
+        if leaf is not None:
+            rec = cp_records.pop(leaf, None)
+            if rec is not None and rec != (
+                cp.size,
+                b64(cp.root).decode(),
+                b64(cp.signature).decode(),
+            ):
+                bad.append(f"{where}: not the checkpoint record of records.jsonl line {leaf + 1}")
+        if cp.size not in roots:
+            bad.append(
+                f"{where} signed {cp.size} leaves; records.jsonl has {t}: records were removed"
+            )
+            continue
+        at_size, frontier = roots[cp.size]
+        if not hmac.compare_digest(at_size, cp.root):
+            span = f"leaves 0-{cp.size - 1}"
+            diff = [
+                r
+                for r, a, b in zip(_subtrees(cp.size), frontier, cp.frontier, strict=False)
+                if a != b
+            ]
+            if cp.frontier and diff:
+                (lo, hi) = diff[0]
+                span = f"leaves {lo}-{hi - 1} (records.jsonl lines {lo + 1}-{hi})"
+            bad.append(f"{where} signed another tree: records were changed or reordered in {span}")
+        elif key is None or not cp.signed_by(key):  # (a key is set when there are checkpoints)
+            bad.append(f"{where}: its signature does not verify")
+        else:
+            verified += 1
+            covered = max(covered, cp.size)
+    for leaf in cp_records:
+        if encrypted == 0:
+            bad.append(
+                f"records.jsonl line {leaf + 1}: a checkpoint record that checkpoints.jsonl lacks"
+            )
+    head = b64(roots[t][0]).decode() if t in roots else "?"
+    notes.insert(0, f"bundle of log {log}: {t} leaves, root {head}")
+    if key is not None and cps:
+        notes.append(f"checkpoints: {verified} of {len(cps)} verified ({key.alg} key {key.key_id})")
+    else:
+        notes.append("no checkpoint: nothing signs these records (consistent with itself only)")
+    if cps and covered < t:
+        notes.append(f"leaves {covered}-{t - 1} are covered by no verified checkpoint")
+    return notes, bad
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Check a proof file; print what was checked; return 0, 1 or 2 (see the module)."""
+    """Check a proof file or a bundle; print what was checked; return 0, 1 or 2 (module)."""
     parser = argparse.ArgumentParser(
         prog="agent-saga-verify",
-        description="Check an agent-saga proof file (agent-saga wal prove) offline.",
+        description="Check an agent-saga proof file (wal prove) or bundle (wal export) offline.",
     )
-    parser.add_argument("proof", help="the proof file (JSON)")
+    parser.add_argument("proof", nargs="?", help="the proof file (JSON)")
+    parser.add_argument("--bundle", metavar="DIR", help="a bundle (agent-saga wal export)")
     pin = parser.add_mutually_exclusive_group()
     pin.add_argument("--key", help="the signer's key: ed25519-pub:<key>, or hmac:<secret>")
     pin.add_argument("--key-file", help="a file holding the key text (keeps it out of ps)")
     pin.add_argument("--anchor", help="a checkpoint file you trust: pins its signer's key")
     args = parser.parse_args(argv)
+    if (args.proof is None) == (args.bundle is None):
+        parser.error("give a proof file or --bundle DIR (one of them)")
     try:
         key: VerifyKey | None = None
         if args.key is not None:
@@ -570,14 +821,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             key = anchor.embedded_key()
             if key is None or not anchor.signed_by(key):
                 raise ProofError("the anchor names no Ed25519 key that signed it")
-        with open(args.proof, encoding="utf-8") as f:
-            doc = json.load(f)
-        notes, failures = verify_proof_document(doc, key)
+        if args.bundle is not None:
+            notes, failures = verify_bundle(args.bundle, key)
+        else:
+            with open(args.proof, encoding="utf-8") as f:
+                doc = json.load(f)
+            notes, failures = verify_proof_document(doc, key)
     except (OSError, ValueError) as exc:
-        print(f"agent-saga-verify: error: {exc}", file=sys.stderr)
+        what = f"the bundle {args.bundle}: " if args.bundle is not None else ""
+        print(f"agent-saga-verify: error: {what}{exc}", file=sys.stderr)
         return 2
     for line in notes:
         print(line)
+    if args.bundle is not None:
+        for line in failures:
+            print(f"tampered: {line}")
+        print("intact" if not failures else f"tampered: {len(failures)} finding(s)")
+        return 1 if failures else 0
     for line in failures:
         print(f"FAILED: {line}")
     print("verified" if not failures else f"{len(failures)} failure(s)")

@@ -16,7 +16,7 @@ from ._registry import register_handler
 from ._runtime import current_saga
 from ._saga_context import SagaContext, saga
 from ._tool_decorator import tool
-from ._types import ActionSemantics, Compensation, Resolution, RetryPolicy
+from ._types import ActionSemantics, Compensation, Deferred, Resolution, RetryPolicy
 from ._undo_saga import UndoPlan, undo_saga
 from .approvals import ApprovalQueue
 from .errors import (
@@ -64,6 +64,7 @@ __all__ = [
     "CompensationFailed",
     "ConcurrentWriteDetected",
     "Decision",
+    "Deferred",
     "GateRefused",
     "HandlerNotRegistered",
     "InvalidCompensation",

@@ -295,6 +295,10 @@ def step_protocol(
     :func:`intent_record`, :func:`forward_failed`, :func:`commit_record`) without
     a generator for the common case (:func:`goes_straight`).
     """
+    if spec.defer:
+        from ._deferred import defer_protocol
+
+        return (yield from defer_protocol(scope, spec, fn, args, kwargs))
     step = new_durable_step(scope, spec, jsonable(spec.bind(args, kwargs)))
     if step.obs is None:
         return (yield from _durable_step(scope, step, fn, args, kwargs))
@@ -403,6 +407,7 @@ def goes_straight(scope: Scope, spec: ToolSpec) -> bool:
         and spec.resolver is None
         and not scope.policies
         and not spec.policies
+        and not spec.defer
         and halt_blocking(scope.run.log(), tool=spec.name, saga_name=scope.run.name) is None
     )
 

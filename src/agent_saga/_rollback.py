@@ -143,6 +143,8 @@ def rollback_protocol(
     """
     run = scope.run
     failures: list[tuple[int, str, BaseException]] = []
+    if run.deferred:  # deferred calls of what rolls back never run (_deferred.py)
+        run.deferred = [p for p in run.deferred if not p.scope.within(scope)]
     for step in run.take_for_unwind(scope):
         error = yield from _undo(run, step, run.compensation_retry)
         if error is not None:

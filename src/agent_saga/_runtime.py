@@ -42,6 +42,7 @@ from .secrets import assert_no_secrets, redact
 from .wal import records as R
 
 if TYPE_CHECKING:
+    from ._deferred import PendingDeferred
     from ._observe import SagaTrace
     from ._tools import ToolSpec
 
@@ -171,6 +172,7 @@ class Run:
         "calls",
         "closed",
         "compensation_retry",
+        "deferred",
         "done",
         "escalations",
         "forwarding",
@@ -193,6 +195,7 @@ class Run:
         self.compensation_retry = options.compensation_retry
         self.done: list[Step] = []  # completion order; unwound in reverse
         self.escalations: list[str] = []
+        self.deferred: list[PendingDeferred] = []  # @tool(defer=True) calls: run after commit
         self.reported = 0  # escalations already logged
         self.side_effects = 0
         self.inflight: list[asyncio.Task[Any] | None] = []  # tasks running a durable step
@@ -263,13 +266,16 @@ class Run:
             self.obs.ended(outcome)
         if not self._begun:
             return None
-        return {
+        record = {
             "type": R.SAGA_END,
             "saga": self.id,
             "outcome": outcome,
             "by": self.log().owner,
             "ts": time.time(),
         }
+        if self.deferred and outcome == "committed":
+            record["deferred"] = [p.step for p in self.deferred]  # they run next
+        return record
 
     def take_for_unwind(self, scope: Scope) -> list[Step]:
         """Remove and return ``scope``'s completed steps, newest first."""

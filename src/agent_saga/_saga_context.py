@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from . import _observe
+from ._deferred import run_pending
 from ._rollback import commit_outcome, nothing_to_settle, rollback_protocol, settle_protocol
 from ._runtime import (
     SagaOptions,
@@ -131,6 +132,8 @@ def _exit_sync(scope: Scope, exc: BaseException | None) -> Literal[False]:
     plan = _exit_plan(scope, exc)
     if plan == "settle":
         drive_sync(settle_protocol(scope), scope.run)
+        if scope.run.deferred and scope.parent is None:
+            drive_sync(run_pending(scope.run, commit_outcome(scope.run)), scope.run)
     elif plan == "rollback":
         with sigint_deferred():
             failures = drive_sync(rollback_protocol(scope), scope.run)
@@ -157,6 +160,8 @@ async def _exit_async(scope: Scope, exc: BaseException | None) -> Literal[False]
                 await run.log().append_async(end)
         else:
             await drive_async(settle_protocol(scope), run)
+        if run.deferred and scope.parent is None:
+            await drive_async(run_pending(run, commit_outcome(run)), run)
     elif plan == "rollback":
         failures = await shielded(_unwind(scope))
         _report_escalations(scope)

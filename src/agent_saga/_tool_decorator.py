@@ -64,9 +64,17 @@ def _make_spec(
     trace_args: Iterable[str] = (),
     secret_args: Iterable[str] = (),
     policies: Iterable[Any] = (),
+    defer: bool = False,
 ) -> ToolSpec:
     if not isinstance(semantics, ActionSemantics):
         raise SagaUsageError(f"semantics must be an ActionSemantics member, got {semantics!r}")
+    if not isinstance(defer, bool):
+        raise SagaUsageError(f"defer= must be True or False, not {defer!r}")
+    if defer and semantics is not ActionSemantics.IRREVERSIBLE:
+        raise SagaUsageError(
+            "defer=True is for IRREVERSIBLE tools (run once the saga commits); a "
+            "REVERSIBLE or COMPENSABLE one runs now and is undone if the saga rolls back"
+        )
     if semantics is ActionSemantics.IRREVERSIBLE and compensate is not None:
         raise SagaUsageError(
             "an IRREVERSIBLE tool has no compensation by definition; use COMPENSABLE"
@@ -114,6 +122,7 @@ def _make_spec(
         trace_args=traced,
         secret_args=hidden,
         policies=own,
+        defer=defer,
     )
 
 
@@ -385,6 +394,7 @@ def tool(
     trace_args: Iterable[str] = ...,
     secret_args: Iterable[str] = ...,
     policies: Iterable[Any] = ...,
+    defer: bool = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -406,6 +416,7 @@ def tool(
     trace_args: Iterable[str] = (),
     secret_args: Iterable[str] = (),
     policies: Iterable[Any] = (),
+    defer: bool = False,
 ) -> Any:
     """Declare a function (sync or async) as an agent tool with a typed side effect.
 
@@ -449,6 +460,11 @@ def tool(
             window=86400)]`` or ``[MaxArgument("amount", 100)]``: judged with the
             saga's ``policies=`` at every call, all or nothing. A limit whose metered
             argument or key is not a parameter of the tool is refused here.
+        defer: IRREVERSIBLE only. The call is gated (policies, the approver) and
+            recorded when made, returns a :class:`~agent_saga.Deferred` placeholder,
+            and runs once the saga commits — exactly once, by this process or, if it
+            dies, by ``saga-recoveryd`` (import the tool's module there) — and never
+            if the saga rolls back (``docs/undo.md``).
 
     Returns:
         The wrapped tool (or a decorator producing it).
@@ -478,7 +494,12 @@ def tool(
             trace_args=trace_args,
             secret_args=secret_args,
             policies=policies,
+            defer=defer,
         )
+        if spec.defer:
+            from ._deferred import register_deferred
+
+            register_deferred(spec, f)
         return _wrap(f, spec)
 
     if fn is not None:

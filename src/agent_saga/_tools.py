@@ -51,6 +51,8 @@ class ToolSpec:
             ...)``); every other argument's value stays out of every span.
         policies: Gate policies of this tool alone (``@tool(policies=...)``), judged
             with the saga's own, all or nothing (a budget or rate limit among them).
+        defer: IRREVERSIBLE only: gated and recorded when called, run once the saga
+            commits (``@tool(defer=True)``, ``_deferred.py``).
     """
 
     name: str
@@ -71,6 +73,7 @@ class ToolSpec:
     trace_args: tuple[str, ...] = ()
     secret_args: frozenset[str] = frozenset()
     policies: tuple[Any, ...] = ()
+    defer: bool = False
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Return the call's arguments by parameter name, defaults applied.

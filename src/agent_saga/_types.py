@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import SagaUsageError
 
-__all__ = ["ActionSemantics", "Compensation", "Resolution", "RetryPolicy"]
+__all__ = ["ActionSemantics", "Compensation", "Deferred", "Resolution", "RetryPolicy"]
 
 
 class ActionSemantics(enum.Enum):
@@ -89,6 +89,35 @@ class Compensation:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """What a ``@tool(defer=True)`` call returns: the call is scheduled, not made.
+
+    It runs once the saga commits, exactly once, and never if the saga rolls back
+    (``docs/undo.md``). ``str()`` of it is a sentence an agent's model can read.
+
+    Attributes:
+        saga_id: The saga it belongs to.
+        step: Its step number in that saga (its id: ``f"{saga_id}:{step}"``).
+        tool: The tool that will run.
+    """
+
+    saga_id: str
+    step: int
+    tool: str
+
+    @property
+    def id(self) -> str:
+        """The deferred step's id: ``<saga id>:<step>``."""
+        return f"{self.saga_id}:{self.step}"
+
+    def __str__(self) -> str:
+        return (
+            f"scheduled: {self.tool} runs once saga {self.saga_id} commits "
+            f"(deferred step {self.id}); it never runs if the saga rolls back"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,12 @@ from .._types import RetryPolicy
 from .._undo import Target, escalate, undo_durable_step
 from .._undo_saga import step_facts
 from ..wal import records as R
+from ..wal.deferred import DeferredFold
 from ..wal.limits import UsageFold
 from ..wal.reader import Damage, Record
 from ..wal.state import SagaFold, SagaView, StepView
 from ..wal.store import LogStore, LogWriter, open_store
+from ._deferred_takeover import DeferredTakeover
 from ._gauges import pass_gauges
 from ._retries import RetryCarrier, saga_detail, unwind_order
 from ._undo_takeover import UndoTakeover
@@ -76,6 +78,7 @@ class PassReport:
     claimed: int = 0
     retried: int = 0  # escalated steps retried at an operator's request
     undos: int = 0  # undos of committed sagas finished for an undoer that died
+    deferred: int = 0  # deferred steps of committed sagas run for a committer that died
     compensated: int = 0
     no_effect: int = 0
     escalated: int = 0
@@ -90,7 +93,7 @@ class PassReport:
         return asdict(self)
 
 
-class RecoveryDaemon(RetryCarrier, UndoTakeover):
+class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover):
     """Scans one WAL and finishes the sagas whose owners died.
 
     Args:
@@ -136,6 +139,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover):
         self._emit_fn = emit or _json_line
         self._fold = _new_fold()
         self._usage = UsageFold()  # budgets' and rate limits' use, for the metrics
+        self._deferred = DeferredFold()  # committed sagas' deferred steps not run yet
         self._offset = 0
         self._identity: object = None
         self._reported: set[int] = set()
@@ -191,6 +195,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover):
                 self._audit.add(item)
                 self._fold.apply(item.data, item.offset)
                 self._usage.apply(item.data)
+                self._deferred.apply(item.data)
                 self._offset = item.end
                 self._report.records_read += 1
                 continue
@@ -219,6 +224,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover):
         if self._identity is not None and identity != self._identity:
             self._fold = _new_fold()
             self._usage = UsageFold()
+            self._deferred = DeferredFold()
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
@@ -252,6 +258,10 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover):
             if self._stop.is_set():
                 break
             self._finish_undo(undo)
+        for deferred in self._deferred.waiting():
+            if self._stop.is_set():
+                break
+            self._finish_deferred(deferred)
         self._seal_if_due()
         self._audit.forget(lambda saga: self._fold.get(saga) is not None)
         self._emit("pass_complete", **self._report.as_dict())

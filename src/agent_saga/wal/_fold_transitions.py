@@ -109,6 +109,7 @@ class FoldTransitions:
     _approvals: dict[str, ApprovalView]
     _retries: dict[str, RetryView]
     _undos: dict[tuple[str, str], UndoView]
+    _deferred: set[tuple[str, int]]
     _hold: frozenset[str]
     _saga_approvals: dict[str, list[str]]
     _standing: dict[str, StandingView]
@@ -334,6 +335,27 @@ class FoldTransitions:
         if v is not None:
             detail = _step_text(rec["step"], rec["note"], eid)
             v.history.append(HistoryEvent("retry_requested", rec["by"], when(ts), detail))
+
+    def _deferred_step(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """``deferred`` / ``deferred_done``: a deferred step recorded, and once it ran.
+
+        The steps themselves are folded by ``wal/deferred.py``; here the saga's
+        history says so, and the step's records after ``saga_end`` are expected.
+        """
+        key = (rec["saga"], rec["step"])
+        done = rec["type"] == r.DEFERRED_DONE
+        if done:
+            self._deferred.discard(key)
+        else:
+            self._deferred.add(key)
+        v = self._live.get(rec["saga"]) or self._ended.get(rec["saga"])
+        if v is not None:
+            what, detail = (
+                ("deferred_done", f"step {rec['step']}: {rec['outcome']}")
+                if done
+                else ("deferred", f"step {rec['step']} ({rec['tool']}): runs once the saga commits")
+            )
+            v.history.append(HistoryEvent(what, rec.get("by"), when(ts), detail))
 
     def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
@@ -642,6 +664,9 @@ UNSCOPED: Final = {
     r.RESUME: FoldTransitions._log_meta,
     r.LIMIT_DECLARED: FoldTransitions._log_meta,
     r.LIMIT_CARRY: FoldTransitions._log_meta,
+    # deferred steps: folded by wal/deferred.py; the saga's history notes them
+    r.DEFERRED: FoldTransitions._deferred_step,
+    r.DEFERRED_DONE: FoldTransitions._deferred_step,
 }
 assert set(APPLY) | set(UNSCOPED) == r.RECORD_TYPES
 assert not set(APPLY) & set(UNSCOPED)

@@ -149,6 +149,13 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
         "outcome": lambda v: v in ("undone", "escalated"),
         "by": _any,
     },
+    r.DEFERRED: {"saga": _str, "step": _is_int, "tool": _str, "idempotency_key": _str},
+    r.DEFERRED_DONE: {
+        "saga": _str,
+        "step": _is_int,
+        "outcome": lambda v: v in ("done", "escalated"),
+        "by": _any,
+    },
 }
 _OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
     r.INTENT: {"resolver": _opt_str},

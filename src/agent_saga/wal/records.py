@@ -73,6 +73,8 @@ __all__ = [
     "COMPENSATED",
     "COMPENSATING",
     "COMPENSATION_FAILED",
+    "DEFERRED",
+    "DEFERRED_DONE",
     "ESCALATED",
     "ESCALATION_RESOLVED",
     "ESCALATION_RETRY",
@@ -128,6 +130,8 @@ LIMIT_DECLARED: Final = "limit_declared"
 LIMIT_CARRY: Final = "limit_carry"
 UNDO_REQUESTED: Final = "undo_requested"
 UNDONE: Final = "undone"
+DEFERRED: Final = "deferred"
+DEFERRED_DONE: Final = "deferred_done"
 
 RECORD_TYPES: Final = frozenset(
     {
@@ -157,6 +161,8 @@ RECORD_TYPES: Final = frozenset(
         LIMIT_CARRY,
         UNDO_REQUESTED,
         UNDONE,
+        DEFERRED,
+        DEFERRED_DONE,
     }
 )
 

@@ -182,6 +182,7 @@ class SagaFold(FoldTransitions):
         self._approvals: dict[str, ApprovalView] = {}
         self._retries: dict[str, RetryView] = {}  # escalation id -> the latest retry request
         self._undos: dict[tuple[str, str], UndoView] = {}  # (saga, undo id) -> not done
+        self._deferred: set[tuple[str, int]] = set()  # deferred steps not done (§12.6)
         self._hold = hold
         self._saga_approvals: dict[str, list[str]] = {}  # saga id -> request ids
         self._standing: dict[str, StandingView] = {}  # standing approvals, log-wide
@@ -287,6 +288,8 @@ class SagaFold(FoldTransitions):
             return True  # only ever written for an operator's retry, after saga_end
         if rtype == r.UNDO_REQUESTED or self._undo_of(rec, saga_id) is not None:
             return True  # undo after commit: only ever after saga_end
+        if self._of_deferred(rec, saga_id):
+            return True  # a deferred step: only ever run after saga_end
         if rtype == r.ESCALATED:
             retry = self._retries.get(rec["escalation"])
             return retry is not None and retry.outcome is None  # the retry failed again
@@ -297,6 +300,8 @@ class SagaFold(FoldTransitions):
             return  # a retry's claim never shows in a saga's view, forgotten or not
         if rec["type"] == r.UNDO_REQUESTED or self._undo_of(rec, saga_id) is not None:
             return  # an undo after commit is expected after the end
+        if self._of_deferred(rec, saga_id):
+            return  # so is a deferred step's run
         self.late_records += 1
         if len(self.late_examples) < 10:
             self.late_examples.append((off, saga_id, rec["type"]))
@@ -313,6 +318,8 @@ class SagaFold(FoldTransitions):
         Anything else is an anomaly.
         """
         rtype = rec["type"]
+        if self._of_deferred(rec, saga_id):
+            return True  # a deferred step runs after its saga committed: wal/deferred.py
         undo = self._undo_record(
             rec, saga_id, off, ts, None if forgotten else self._ended.get(saga_id)
         )
@@ -354,6 +361,15 @@ class SagaFold(FoldTransitions):
             self._restatus(held)
             return True
         return forgotten
+
+    def _of_deferred(self, rec: Mapping[str, Any], saga_id: str) -> bool:
+        """Whether a record is a deferred step's run (its attempts, or a claim to run it)."""
+        if not self._deferred:
+            return False
+        if rec["type"] == r.CLAIM:
+            return rec.get("deferred") is True
+        step = rec.get("step")
+        return isinstance(step, int) and (saga_id, step) in self._deferred
 
     def _retry_for(self, rec: Mapping[str, Any], saga_id: str) -> RetryView | None:
         rtype = rec["type"]

@@ -16,6 +16,7 @@ const HISTORY = {
   retry_requested: "retry requested", compensated: "compensated",
   compensation_failed: "compensation failed", resolved: "resolved",
   undo_requested: "undo requested", undone: "undone",
+  deferred: "deferred", deferred_done: "deferred call run",
 };
 const POLL_MS = 1000;
 const S = {

@@ -1,0 +1,260 @@
+"""Deferred IRREVERSIBLE steps: gated and recorded now, run once the saga has committed.
+
+``@tool(semantics=IRREVERSIBLE, defer=True)``: a call inside a saga passes the gate
+(policies, the approver) and is recorded as ``deferred``; the caller gets a
+:class:`~agent_saga._types.Deferred` placeholder instead of the result. If the saga
+commits, its ``saga_end`` lists the deferred steps and the committing process runs
+each of them, in the order they were deferred, exactly as a durable step runs
+(``intent`` → call → ``committed`` / ``forward_failed``, retried by the tool's retry
+policy), then writes ``deferred_done``; a step that fails for good, or whose outcome
+is unknown, is escalated. If the saga rolls back they never run. If the process dies
+after the commit, ``saga-recoveryd`` runs what is left (``recovery/_deferred.py``)
+with the same idempotency keys: a step whose intent is in the log without an outcome
+is re-run only when the tool is idempotent, else escalated (``docs/undo.md``).
+
+:func:`defer_protocol` is the call; :func:`run_deferred` runs one step after the
+commit (shared by the committing process and the daemon, so both write the same
+records); :func:`deferred_tool` finds a deferred tool by name for the daemon.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from . import _crash
+from ._commands import Append, Command, Forward, Protocol, Sleep, Submit
+from ._types import ActionSemantics, Deferred
+from ._undo import error_text, escalate, jsonable
+from .errors import SagaUsageError
+from .wal import records as R
+
+if TYPE_CHECKING:
+    from ._runtime import Run, Scope
+    from ._tools import ToolSpec
+
+__all__ = [
+    "PendingDeferred",
+    "defer_protocol",
+    "deferred_tool",
+    "register_deferred",
+    "run_deferred",
+    "run_pending",
+]
+
+_TOOLS: dict[str, tuple[ToolSpec, Callable[..., Any]]] = {}
+IRREVERSIBLE: Final = ActionSemantics.IRREVERSIBLE
+
+
+def register_deferred(spec: ToolSpec, fn: Callable[..., Any]) -> None:
+    """Remember a deferred tool by name, so that the daemon can run it after a crash."""
+    known = _TOOLS.get(spec.name)
+    if known is not None and known[1] is not fn:
+        raise SagaUsageError(
+            f"two deferred tools are named {spec.name!r}; give one another name= (the "
+            "recovery daemon runs a deferred step by its tool's name)"
+        )
+    _TOOLS[spec.name] = (spec, fn)
+
+
+def deferred_tool(name: str) -> tuple[ToolSpec, Callable[..., Any]] | None:
+    """The deferred tool registered under ``name`` in this process, if any."""
+    return _TOOLS.get(name)
+
+
+@dataclass(slots=True)
+class PendingDeferred:
+    """A deferred call of this process, waiting for its saga to commit."""
+
+    step: int
+    spec: ToolSpec
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    logged: dict[str, Any]
+    key: str
+    approved_by: str
+    approval: Mapping[str, Any] | None
+    scope: Scope
+
+
+def defer_protocol(
+    scope: Scope, spec: ToolSpec, fn: Callable[..., Any], args: Any, kwargs: Any
+) -> Protocol:
+    """Gate and record a deferred call; return its placeholder (the call does not run)."""
+    from . import _engine as E
+
+    run = scope.run
+    step = E.new_durable_step(scope, spec, jsonable(spec.bind(args, kwargs)))
+    try:
+        decision = E._precheck(run, scope, spec, step)
+        if decision is None:
+            decision = yield from E._approval(run, scope, spec, step)
+        yield from run.begin_records()
+        if not decision.approved:
+            yield Append(E._gate_record(run, step, decision))
+            raise E._refusal(run, step, decision)
+        yield Submit(E._gate_record(run, step, decision))
+        record: dict[str, Any] = {
+            "type": R.DEFERRED,
+            "saga": run.id,
+            "step": step.id,
+            "tool": spec.name,
+            "semantics": spec.semantics.value,
+            "kwargs": step.kwargs,
+            "idempotency_key": step.idempotency_key,
+            "approved_by": decision.decided_by,
+            "idempotent": spec.idempotent,
+            "min_reader": 3,
+            "ts": time.time(),
+        }
+        if decision.approval is not None:
+            record["approval"] = dict(decision.approval)
+        if spec.resolver is not None:
+            record["resolver"] = spec.resolver
+        yield Append(record)
+    except BaseException as exc:
+        if step.obs is not None:
+            step.obs.finish(exc)
+        raise
+    run.deferred.append(
+        PendingDeferred(
+            step.id,
+            spec,
+            fn,
+            tuple(args),
+            dict(kwargs),
+            step.kwargs,
+            step.idempotency_key,
+            decision.decided_by,
+            decision.approval,
+            scope,
+        )
+    )
+    if step.obs is not None:
+        step.obs.finish(None)
+    return Deferred(run.id, step.id, spec.name)
+
+
+def run_deferred(
+    saga_id: str,
+    step: int,
+    spec: ToolSpec,
+    call: Callable[[], Any],
+    logged: Mapping[str, Any],
+    key: str,
+    approved_by: str,
+    by: str,
+    *,
+    attempts_before: int = 0,
+) -> Generator[Command, Any, str]:
+    """Run one deferred step after its saga committed; return ``done`` or ``escalated``.
+
+    Writes what a durable step writes (``intent``, then ``committed`` or
+    ``forward_failed``; retried by the tool's policy), then ``deferred_done``. A
+    failure for good, or an outcome that cannot be known, is escalated: never run
+    twice on a guess.
+    """
+    attempt = attempts_before
+    outcome = "escalated"
+    while True:
+        attempt += 1
+        yield Append(
+            {
+                "type": R.INTENT,
+                "saga": saga_id,
+                "step": step,
+                "attempt": attempt,
+                "tool": spec.name,
+                "semantics": spec.semantics.value,
+                "kwargs": dict(logged),
+                "idempotency_key": key,
+                "approved_by": approved_by,
+                "idempotent": spec.idempotent,
+                "deferred": True,
+                "ts": time.time(),
+            }
+        )
+        _crash.crashpoint("deferred.after_intent")
+        try:
+            yield Forward(call, (), {})
+        except Exception as exc:
+            no_effect = spec.is_no_effect(exc)
+            yield Append(
+                {
+                    "type": R.FORWARD_FAILED,
+                    "saga": saga_id,
+                    "step": step,
+                    "attempt": attempt,
+                    "outcome": "no_effect" if no_effect else "unknown",
+                    "error": error_text(exc),
+                    "ts": time.time(),
+                }
+            )
+            delay = spec.retry_delay(attempt, exc)
+            if delay is not None:
+                yield Sleep(delay)
+                continue
+            why = (
+                f"deferred step {step} ({spec.name}) failed after its saga committed: "
+                f"{error_text(exc)}"
+            )
+            if not no_effect:
+                why += "; it may have taken effect: check before running it by hand"
+            yield from escalate(saga_id, step, why, by)
+            break
+        _crash.crashpoint("deferred.after_call")
+        yield Append(
+            {"type": R.COMMITTED, "saga": saga_id, "step": step, "attempt": attempt,
+             "handler": None, "kwargs": None, "token": None, "ts": time.time()}
+        )  # fmt: skip
+        outcome = "done"
+        break
+    _crash.crashpoint("deferred.before_done")
+    yield Append(
+        {
+            "type": R.DEFERRED_DONE,
+            "saga": saga_id,
+            "step": step,
+            "outcome": outcome,
+            "by": by,
+            "min_reader": 3,
+            "ts": time.time(),
+        }
+    )
+    return outcome
+
+
+def run_pending(run: Run, outcome: str) -> Protocol:
+    """After ``saga_end``: run this process's deferred steps, or escalate them.
+
+    A saga that committed runs each, in order; one that ended ``escalated`` (it
+    committed with a step a human must look at) runs none of them — each is
+    escalated, so that nothing deferred is silently dropped.
+    """
+    pending, run.deferred = run.deferred, []
+    by = run.owner_label()
+    _crash.crashpoint("deferred.after_commit")
+    for p in pending:
+        if outcome != "committed":
+            why = (
+                f"deferred step {p.step} ({p.spec.name}) was not run: its saga ended "
+                f"{outcome}; run it by hand if it is still wanted"
+            )
+            yield from escalate(run.id, p.step, why, by)
+            yield Append(
+                {"type": R.DEFERRED_DONE, "saga": run.id, "step": p.step,
+                 "outcome": "escalated", "by": by, "min_reader": 3, "ts": time.time()}
+            )  # fmt: skip
+            continue
+        call_kwargs = dict(p.kwargs)
+        if p.spec.wants_idempotency_key and "idempotency_key" not in call_kwargs:
+            call_kwargs["idempotency_key"] = p.key
+        fn, args = p.fn, p.args
+
+        def call(fn: Callable[..., Any] = fn, args: Any = args, kw: Any = call_kwargs) -> Any:
+            return fn(*args, **kw)
+
+        yield from run_deferred(run.id, p.step, p.spec, call, p.logged, p.key, p.approved_by, by)

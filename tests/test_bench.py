@@ -175,3 +175,165 @@ def test_targets(result: dict[str, Any]) -> None:
     for row in rows:
         assert row["pass"] in (True, False, None)
         assert ("limit" in row) != ("min" in row)
+
+
+# --- bench/bench_crash.py (issue 25): invariants after SIGKILLs, never times ----------
+
+CRASH_BENCH = ROOT / "bench" / "bench_crash.py"
+
+
+def _crash_world() -> Any:
+    """``bench/_crash_world.py`` as a module (the ledger and its audit; no agent_saga)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_crash_world", ROOT / "bench" / "_crash_world.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_crash_audit_counts_duplicates_orphans_and_money_off() -> None:
+    # The audit is not vacuous: a ledger with every kind of damage is caught.
+    analyse = _crash_world().analyse
+    ch = {"op": "charge", "applied": True, "amount": 100}
+    ledger = [
+        {**ch, "order": "a", "key": "k1", "id": "ch_1"},
+        {**ch, "order": "a", "key": "k2", "id": "ch_2"},  # same order charged twice
+        {
+            "op": "refund",
+            "order": "a",
+            "key": "r1",
+            "charge_id": "ch_1",
+            "amount": 100,
+            "applied": True,
+        },
+        {
+            "op": "refund",
+            "order": "a",
+            "key": "r2",
+            "charge_id": "ch_1",
+            "amount": 100,
+            "applied": True,
+        },
+        {
+            "op": "refund",
+            "order": "x",
+            "key": "r3",
+            "charge_id": "ch_9",
+            "applied": False,
+            "unknown_charge": True,
+        },
+        {**ch, "order": "b", "key": "k3", "id": "ch_3"},  # rolled back, never refunded
+        {"op": "reserve", "order": "b", "key": "k4", "id": "re_4", "applied": True},
+        {**ch, "order": "c", "key": "k5", "id": "ch_5"},  # its saga never ended
+        {"op": "charge", "order": "a", "key": "k1", "applied": False, "replay": True},
+    ]
+    outcomes = {"a": "committed", "b": "rolled_back", "c": "running"}
+    got = analyse(ledger, outcomes, {"a": 100, "b": 100, "c": 100})
+    assert got["duplicates"] == {"charge": 1, "reserve": 0, "email": 0, "refund": 1, "release": 0}
+    assert got["duplicated_effects"] == 2
+    assert got["refund_of_nothing"] == 1
+    assert got["orphaned_effects"] == 3  # b's charge and reservation, c's charge
+    assert got["orphaned"] == 4  # ... and c, a saga left in flight
+    assert got["in_flight"] == 1
+    assert got["money_off"] == 100 + 100 + 100  # a: 200-200 vs 100; b: 100; c: 100
+    assert got["replays"] == 1
+
+    clean = [
+        {**ch, "order": "a", "key": "k1", "id": "ch_1"},
+        {**ch, "order": "b", "key": "k3", "id": "ch_3"},
+        {
+            "op": "refund",
+            "order": "b",
+            "key": "r",
+            "charge_id": "ch_3",
+            "amount": 100,
+            "applied": True,
+        },
+    ]
+    got = analyse(clean, {"a": "committed", "b": "rolled_back"}, {"a": 100, "b": 100})
+    assert (got["duplicated_effects"], got["orphaned"], got["money_off"]) == (0, 0, 0)
+
+
+@pytest.fixture(scope="module")
+def crash_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    directory = tmp_path_factory.mktemp("bench-crash")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("AGENT_SAGA_WAL_KEY", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(CRASH_BENCH),
+            "--quick",
+            "--trials",
+            "4",
+            "--peer",
+            "none",
+            "--seed",
+            "25",
+            "--json",
+            "--dir",
+            str(directory),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=directory,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, "--json prints exactly one JSON object on stdout"
+    assert "invariants: OK" in proc.stderr  # the table goes to stderr with --json
+    data: dict[str, Any] = json.loads(lines[0])
+    return data
+
+
+def test_crash_bench_kills_and_every_invariant_holds(crash_result: dict[str, Any]) -> None:
+    ours = crash_result["systems"]["agent-saga"]
+    summary = ours["summary"]
+    assert summary["trials"] == 4
+    assert summary["killed_at_crash_point"] >= 1, ours["trials"]
+    assert summary["duplicated_effects"] == 0
+    assert summary["refund_of_nothing"] == 0
+    assert summary["money_off"] == 0
+    assert summary["orphaned"] == 0
+    assert summary["in_flight"] == 0
+    assert summary["unsettled_trials"] == 0
+    for trial in ours["trials"]:
+        assert trial["settled"], trial  # every saga ended or escalated
+        assert trial["committed"] + trial["rolled_back"] + trial["escalated"] == trial["sagas"]
+        assert trial["needed_human"] <= trial["escalated"], trial
+        if trial["killed"]:
+            assert _is_num(trial["time_to_settle_s"])
+    assert crash_result["ok"] is True
+    assert crash_result["systems"]["dbos"] == {"skipped": "--peer none"}
+
+
+def test_crash_bench_defines_its_metrics_and_calibrates(crash_result: dict[str, Any]) -> None:
+    assert set(crash_result["definitions"]) == {
+        "duplicated effects",
+        "refunds of nothing",
+        "orphaned",
+        "needed a human",
+        "money off",
+        "replays",
+        "time to settle",
+    }
+    for when in ("before", "after"):
+        assert crash_result["calibration"][when]["ops_per_s"] > 0
+    assert crash_result["meta"]["quick"] is True
+
+
+def test_crash_metrics_are_defined_in_the_docs_in_the_same_words(
+    crash_result: dict[str, Any],
+) -> None:
+    text = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    section = " ".join(text.split("## Crash consistency (issue 25)", 1)[1].split())
+    for name, definition in crash_result["definitions"].items():
+        assert f"{name}: {' '.join(definition.split())}" in section, name

@@ -1,10 +1,12 @@
-"""agent-saga in three short acts — no credentials, no database, no network.
+"""agent-saga in four short acts — no credentials, no database, no network.
 
 1. An agent charges a card, updates a CRM record and reserves stock, then
    hallucinates: every completed step is undone, newest first.
 2. The pre-flight gate refuses an irreversible e-mail before it is sent.
 3. An agent editing files is killed with SIGKILL half-way; the recovery daemon
    finishes the rollback from the write-ahead log.
+4. A run that committed and reported success is undone later by a person:
+   the exact plan first, then each step compensated once, newest first.
 
 Run it with ``make demo`` (or ``python examples/demo.py``). The write-ahead log
 is kept — in a temporary directory, or at ``--wal-path demo.wal`` — and the demo
@@ -33,6 +35,7 @@ from agent_saga import (
     register_handler,
     saga,
     tool,
+    undo_saga,
 )
 
 # --- a tiny fake world: a payment provider, a CRM and a stock table -----------------
@@ -202,6 +205,27 @@ def act_crash(wal: str, workdir: Path) -> None:
     say(f"recovered:  config.toml = {config.read_text()!r}; NOTES.md exists: {notes.exists()}", 3)
 
 
+# --- act 4 ------------------------------------------------------------------------
+
+
+def act_undo(wal: str) -> str:
+    say("\n4. A person undoes a run that already committed")
+    with saga("upgrade", wal_path=wal) as s:
+        say("agent: charging for an upgrade and marking the account premium", 3)
+        charge_card(customer="cus_7", amount=1900)
+        update_crm(record="acct_42", status="premium")
+    say(f"→ committed (saga {s.id}); the agent reports success", 3)
+    say("reviewer: wrong customer — undo it. The plan first (nothing is called):", 3)
+    why = "the agent upgraded the wrong customer"
+    plan = undo_saga(s.id, wal_path=wal, reason=why, by="reviewer", dry_run=True)
+    for p in plan.steps:
+        say(f"step {p.step} {p.tool}: {p.action} with {p.handler} {dict(p.kwargs)}", 6)
+    done = undo_saga(s.id, wal_path=wal, reason=why, by="reviewer", expect_plan=plan.digest)
+    refunded = all(c["refunded"] for c in PAYMENTS.values())
+    say(f"→ {done.outcome}: refunded={refunded}, CRM={CRM} — recorded: who, why, which steps", 3)
+    return s.id
+
+
 def _command(name: str) -> str:
     """How to run console script ``name`` from the user's shell."""
     if shutil.which(name):
@@ -227,6 +251,7 @@ def main() -> None:
     act_rollback(wal)
     act_gate(wal)
     act_crash(wal, Path(tmp))
+    upgraded = act_undo(wal)
     say("\nEverything above is in the write-ahead log:")
     from agent_saga.cli import main as cli
 
@@ -242,6 +267,7 @@ def main() -> None:
     say(f"  {cli_cmd} runs --wal-path {where} --json")
     say(f"  {cli_cmd} wal verify --wal-path {where}")
     say(f"  {cli_cmd} escalations --wal-path {where} --all")
+    say(f"  {cli_cmd} runs {upgraded} --wal-path {where}   # act 4: its undo, who and why")
     say(f"See every run in the time-travel debugger: {cli_cmd} ui --wal-path {where}")
     if not keep:
         say(f"Remove it with: rm -r {shlex.quote(tmp)}")

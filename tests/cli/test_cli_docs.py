@@ -119,7 +119,7 @@ def test_demo_keeps_its_wal_and_the_printed_command_inspects_it(tmp_path: Path) 
     proc = run(*argv, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     names = [row.split()[1] for row in proc.stdout.splitlines()[1:]]
-    assert names == ["purchase", "newsletter", "newsletter", "refactor"]
+    assert names == ["purchase", "newsletter", "newsletter", "refactor", "upgrade"]
     verify = run(*shlex.split(commands[2]), cwd=tmp_path)
     assert verify.returncode == 0, verify.stdout
     assert os.path.exists(wal)

@@ -63,6 +63,7 @@ def saga_json(v: SagaView, live: Liveness) -> dict[str, Any]:
         "started": v.started,
         "ended": v.ended,
         "outcome": v.outcome,
+        "undo_until": v.undo_until,
         "claim": None
         if claim is None
         else {"by": claim.by, "fence": claim.fence, "expires": claim.expires},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -173,6 +174,18 @@ def _compensation(s: Mapping[str, Any]) -> str:
     return f"{s['handler']} {_text(s['compensation_kwargs'])}{done}"
 
 
+def _undo_line(doc: dict[str, Any]) -> str:
+    """Whether the saga can still be undone after commit, and until when."""
+    if doc["outcome"] != "committed":
+        return "-"
+    until = doc.get("undo_until")
+    if until is None:
+        return "undoable while its records are kept (no undo window)"
+    if until < time.time():
+        return f"no longer: its undo window ended at {timestamp(until)}"
+    return f"undoable until {timestamp(until)}"
+
+
 def _print(doc: dict[str, Any], live: Liveness, out: TextIO) -> None:
     ended = "-"
     if doc["ended"] is not None or doc["outcome"] is not None:
@@ -185,6 +198,7 @@ def _print(doc: dict[str, Any], live: Liveness, out: TextIO) -> None:
             ["owner", _text(doc["owner"])],
             ["started", timestamp(doc["started"])],
             ["ended", ended],
+            ["undo", _undo_line(doc)],
         ],
         out,
     )

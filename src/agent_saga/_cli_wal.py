@@ -95,6 +95,11 @@ def cmd_compact(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"records of {report.sagas_dropped} sagas; {report.bytes_before} -> "
         f"{report.bytes_after} bytes\n"
     )
+    if report.sagas_undoable:
+        out.write(
+            f"kept {report.sagas_undoable} committed saga(s) still within their undo "
+            "window (saga(..., undo_window=...)): they can still be undone\n"
+        )
     if report.archive is not None and report.records_dropped:
         out.write(f"archived dropped records to {report.archive}\n")
     for d in report.damages:

@@ -111,6 +111,7 @@ class SagaOptions:
     log: LogBackend | None = None
     encryptor: Any = None
     inflight_grace_seconds: float = 30.0
+    undo_window: float | None = None
 
     def __post_init__(self) -> None:
         if self.name is not None and not isinstance(self.name, str):
@@ -124,6 +125,14 @@ class SagaOptions:
                 raise SagaUsageError(f"policy {policy!r} is not callable")
         if not isinstance(self.compensation_retry, RetryPolicy):
             raise SagaUsageError("compensation_retry must be a RetryPolicy")
+        window = self.undo_window
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int | float) or not window > 0
+        ):
+            raise SagaUsageError(
+                "undo_window must be a number of seconds > 0 or a timedelta (how long after "
+                "the commit the saga may still be undone), or None (while its records are kept)"
+            )
         grace = self.inflight_grace_seconds
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
             raise SagaUsageError(
@@ -266,15 +275,20 @@ class Run:
             self.obs.ended(outcome)
         if not self._begun:
             return None
-        record = {
+        ts = time.time()
+        record: dict[str, Any] = {
             "type": R.SAGA_END,
             "saga": self.id,
             "outcome": outcome,
             "by": self.log().owner,
-            "ts": time.time(),
+            "ts": ts,
         }
-        if self.deferred and outcome == "committed":
-            record["deferred"] = [p.step for p in self.deferred]  # they run next
+        if outcome == "committed":
+            if self.deferred:
+                record["deferred"] = [p.step for p in self.deferred]  # they run next
+            window = self.options.undo_window
+            if window is not None:
+                record["undo_until"] = ts + window  # docs/log-format.md §12.5
         return record
 
     def take_for_unwind(self, scope: Scope) -> list[Step]:

@@ -18,6 +18,7 @@ import inspect
 import logging
 from asyncio import current_task
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -371,6 +372,7 @@ def saga(
     log: Any = ...,
     encryptor: Any = ...,
     inflight_grace_seconds: float = ...,
+    undo_window: float | timedelta | None = ...,
 ) -> SagaContext: ...
 
 
@@ -387,6 +389,7 @@ def saga(
     log: Any = None,
     encryptor: Any = None,
     inflight_grace_seconds: float = 30.0,
+    undo_window: float | timedelta | None = None,
 ) -> Any:
     """Run a block or a function as one saga: undo every completed step on failure.
 
@@ -424,6 +427,11 @@ def saga(
             that finishes is undone by its real outcome; a call cancelled in flight
             may still land, so it is undone if its resolver finds it landed and
             escalated otherwise.
+        undo_window: How long after it commits the saga may still be undone
+            (``undo_saga``, ``agent-saga undo``): seconds or a ``timedelta``, recorded
+            as ``saga_end.undo_until``; past it the undo is refused and compaction no
+            longer keeps the saga for it. Default None: undoable while its records
+            are kept.
 
     Returns:
         A :class:`SagaContext`, or the decorated function.
@@ -445,6 +453,9 @@ def saga(
         log=log,
         encryptor=encryptor,
         inflight_grace_seconds=inflight_grace_seconds,
+        undo_window=undo_window.total_seconds()
+        if isinstance(undo_window, timedelta)
+        else undo_window,
     )
     if fn is not None:
         return _decorate(fn, options)

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from .wal import records as R
@@ -137,13 +138,26 @@ def _why_not(s: StepView) -> str | None:
     return None
 
 
-def plan_undo(view: SagaView, undo: str, from_step: int | None) -> list[PlannedStep]:
+def past_window(view: SagaView, now: float | None) -> str | None:
+    """Why ``view`` can no longer be undone at ``now`` (its undo window ended), or None."""
+    until = view.undo_until
+    if until is None or now is None or now <= until:
+        return None
+    when = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"the saga's undo window ended at {when} (saga(..., undo_window=...))"
+
+
+def plan_undo(
+    view: SagaView, undo: str, from_step: int | None, now: float | None = None
+) -> list[PlannedStep]:
     """The steps an undo of ``view`` acts on, newest first (pure).
 
     Args:
         view: The saga's full view (its records up to now).
         undo: The undo's id (for the tokens).
         from_step: The first step undone (None: all).
+        now: The log's clock, to judge the saga's undo window (None: not judged,
+            as for an undo already requested in time).
 
     Returns:
         The planned steps; REVERSIBLE steps (numbers the log never names) come last.
@@ -162,7 +176,7 @@ def plan_undo(view: SagaView, undo: str, from_step: int | None) -> list[PlannedS
     planned: list[PlannedStep] = []
     for s in todo:
         token = R.undo_token(view.saga_id, s.step, undo)
-        why = _why_not(s)
+        why = past_window(view, now) or _why_not(s)
         committed = "committed" in s.attempt_states.values()
         action = CANNOT_UNDO if why else (COMPENSATE if committed else RESOLVE)
         planned.append(

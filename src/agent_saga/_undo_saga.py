@@ -31,7 +31,14 @@ from . import _crash, _observe
 from ._runtime import drive_sync
 from ._types import Compensation, RetryPolicy
 from ._undo import StepFacts, Target, escalate, undo_durable_step
-from ._undo_plan import CANNOT_UNDO, PlannedStep, UndoPlan, plan_digest, plan_undo
+from ._undo_plan import (
+    CANNOT_UNDO,
+    PlannedStep,
+    UndoPlan,
+    past_window,
+    plan_digest,
+    plan_undo,
+)
 from .errors import SagaUsageError, UndoPlanChanged
 from .gate import current_user
 from .secrets import redact
@@ -427,7 +434,7 @@ def _request_and_run(
         if conflict is not None:
             raise SagaUsageError(conflict)
         if expect_plan is not None:
-            steps = plan_undo(view, undo, plan.from_step)
+            steps = plan_undo(view, undo, plan.from_step, now)
             _check_plan(plan_digest(saga_id, undo, plan.from_step, steps), expect_plan)
         mine = _find(view, undo)
         records: list[Mapping[str, Any]] = []
@@ -534,7 +541,7 @@ def undo_saga(
         )
     _check_from_step(view, from_step)
     undo = R.undo_id(saga_id, from_step)
-    steps = plan_undo(view, undo, from_step)
+    steps = plan_undo(view, undo, from_step, store.now())
     plan = UndoPlan(
         saga_id,
         view.name,
@@ -550,6 +557,9 @@ def undo_saga(
         raise SagaUsageError(conflict)
     if dry_run:
         return plan
+    closed = past_window(view, store.now())
+    if closed is not None:
+        raise SagaUsageError(f"saga {saga_id} can no longer be undone: {closed}")
     _check_plan(plan.digest, expect_plan)
     _refuse_if_halted(store, view, encryptor)
     plan.dry_run = False

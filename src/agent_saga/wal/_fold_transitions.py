@@ -252,6 +252,9 @@ class FoldTransitions:
             return
         v.outcome = _OUTCOMES.get(rec["outcome"], rec["outcome"])
         v.ended, v.ended_by = ts, rec["by"]
+        until = rec.get("undo_until")
+        if isinstance(until, int | float) and not isinstance(until, bool):
+            v.undo_until = float(until)
         note = rec.get("note")
         detail = f"{v.outcome}: {note}" if isinstance(note, str) and note else v.outcome
         v.history.append(HistoryEvent("ended", rec["by"], when(ts), detail))

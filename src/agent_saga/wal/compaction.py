@@ -52,6 +52,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from .._crash import crashpoint
 from ..errors import SagaUsageError, WALCorrupted, WALError
 from . import records as r
+from .deferred import DeferredFold
 from .format import HEADER, HEADER_SIZE, decode_payload, encode_record
 from .lease import ProcessLock
 from .limits import LimitSpec, longest_window
@@ -89,6 +90,8 @@ class CompactionReport:
         records_kept / records_dropped: Counts of valid records.
         tail_records: Records appended by writers while compaction ran (all kept).
         sagas_kept / sagas_dropped: Saga counts.
+        sagas_undoable: Of the kept, the committed sagas kept because their undo window
+            (``saga(..., undo_window=...)``) is still open.
         dropped_saga_ids: Ids of the dropped sagas.
         archive: Where dropped records were appended, or None when they were dropped.
         damages: Damaged regions met (only with ``force=True``).
@@ -106,6 +109,7 @@ class CompactionReport:
     tail_records: int = 0
     sagas_kept: int = 0
     sagas_dropped: int = 0
+    sagas_undoable: int = 0
     dropped_saga_ids: list[str] = field(default_factory=list)
     archive: str | None = None
     damages: list[Damage] = field(default_factory=list)
@@ -285,6 +289,7 @@ def compact(
         plan = _decide(path, boundary, decryptor, retain_seconds, now)
         drop, esc_saga = plan.drop, plan.esc_saga
         report.sagas_dropped, report.sagas_kept = len(drop), plan.kept_sagas
+        report.sagas_undoable = plan.undoable
         report.dropped_saga_ids = sorted(drop)
         if plan.damages and not force:
             _check_damage(path, CompactionReport(path, damages=plan.damages), force)
@@ -410,6 +415,11 @@ class _Plan:
     kept_sagas: int
     records: int
     damages: list[Damage]
+    undoable: int = 0
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _decide(
@@ -434,6 +444,8 @@ def _decide_items(
     fold = SagaFold(forget_terminal=True)
     esc_saga: dict[str, str] = {}
     metered = _MeteredSagas()
+    deferred = DeferredFold()
+    undoable: dict[str, float] = {}  # saga -> saga_end.undo_until
     records, damages = 0, []
     for item in items:
         if item.offset >= boundary:
@@ -445,12 +457,19 @@ def _decide_items(
         data = item.data
         fold.apply(data, item.offset)
         metered.apply(data)
+        deferred.apply(data)
         esc, saga = data.get("escalation"), data.get("saga")
+        until = data.get("undo_until")
+        if data.get("type") == r.SAGA_END and isinstance(saga, str) and _is_time(until):
+            undoable[saga] = float(until)  # type: ignore[arg-type]
         if data.get("type") == r.ESCALATED and isinstance(esc, str) and isinstance(saga, str):
             esc_saga.setdefault(esc, saga)
     open_esc = {e.saga_id for e in fold.open_escalations()}
     open_esc |= metered.still_counted(now)  # a use inside an open limit window
     open_esc |= {u.saga_id for u in fold.open_undos()}  # an undo after commit not done
+    open_esc |= {d.saga_id for d in deferred.waiting()}  # deferred steps still to run
+    within = {s for s, until in undoable.items() if until > now}  # still undoable (§12.5)
+    open_esc |= within
     drop: set[str] = set()
     kept = 0
     for view in fold.sagas():
@@ -463,7 +482,7 @@ def _decide_items(
             drop.add(view.saga_id)
         else:
             kept += 1
-    return _Plan(drop, esc_saga, kept, records, damages)
+    return _Plan(drop, esc_saga, kept, records, damages, len(within))
 
 
 def _copy_pass(

@@ -401,6 +401,7 @@ class SagaView:
     undos: list[UndoView] = field(default_factory=list)
     history: list[HistoryEvent] = field(default_factory=list)
     trace: str | None = None
+    undo_until: float | None = None  # saga_end.undo_until (§12.5)
     first_offset: int = 0
     last_offset: int = 0
     last_ts: float | None = None

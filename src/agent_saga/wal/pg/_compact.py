@@ -125,6 +125,7 @@ def _run(
         scan_log(lambda: conn, loc, 0, decryptor, row), boundary, retain_seconds, now
     )
     report.sagas_dropped, report.sagas_kept = len(plan.drop), plan.kept_sagas
+    report.sagas_undoable = plan.undoable
     report.dropped_saga_ids = sorted(plan.drop)
     report.damages = list(plan.damages)
     if plan.damages and not force:

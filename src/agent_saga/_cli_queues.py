@@ -16,10 +16,10 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from ._approvals_story import approval_state, approval_story
 from ._cli_common import open_wal, print_table, report_damage, timestamp
 from ._cli_support import EXIT_OK
 from .errors import SagaUsageError
-from .wal import records as R
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .wal.state import ApprovalView
@@ -63,38 +63,6 @@ def cmd_escalations(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return code
 
 
-def _approval_state(a: ApprovalView, now: float) -> str:
-    if a.decided:
-        return f"{a.decision} by {a.decided_by}"
-    if a.saga_ended:
-        return "saga ended"
-    if a.expired(now):
-        return "expired"
-    return "open" if a.quorum == 1 else f"open ({len(a.approvers)} of {a.quorum} approved)"
-
-
-def _story(a: ApprovalView, now: float) -> dict[str, Any]:
-    """One request's story (§12.3): asked, each decision, and the attempts it approved."""
-    doc = asdict(a)
-    doc["state"] = _approval_state(a, now)
-    doc["asked"] = {
-        "ts": a.ts,
-        "by": a.requested_by,
-        "agent": a.agent,
-        "saga": a.saga_id,
-        "name": a.saga_name,
-        "step": a.step,
-        "tool": a.tool,
-        "digest": a.digest,
-        # What ``approvals standing add --digest`` takes to approve this call ahead of time.
-        "args_digest": R.args_digest(a.tool, a.kwargs),
-        "quorum": a.quorum,
-        "ttl": a.ttl,
-        "expires": a.expires,
-    }
-    return doc
-
-
 def cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``agent-saga approvals``: list approval requests, or approve / deny one."""
     from .approvals import decide_approval, fold_approvals
@@ -128,7 +96,7 @@ def cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.list_break_glass:
         return _break_glass(items, args.json, out, code)
     if args.json:
-        json.dump([_story(a, now) for a in items], out, indent=2, default=str)
+        json.dump([approval_story(a, now) for a in items], out, indent=2, default=str)
         out.write("\n")
         return code
     if not items:
@@ -146,7 +114,7 @@ def cmd_approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 kwargs,
                 timestamp(a.ts),
                 timestamp(a.expires),
-                _approval_state(a, now),
+                approval_state(a, now),
             ]
         )
     print_table(rows, out)

@@ -1,8 +1,9 @@
-"""State-changing API calls: resolve an escalation, decide an approval request.
+"""State-changing API calls: the operator's input checked, an escalation resolved.
 
-Both write exactly what the CLI writes, through the same functions
-(:func:`agent_saga.recovery.escalations.resolve_escalation`,
-:func:`agent_saga.approvals.decide_approval`), after checking the operator's input.
+Resolving writes exactly what the CLI writes, through the same function
+(:func:`agent_saga.recovery.escalations.resolve_escalation`). Deciding an approval
+request (through :func:`agent_saga.approvals.decide_approval`) lives with the rest
+of the approval queue in ``_approvals_api.py``; both use :func:`note_and_by`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..secrets import find_secrets, redact
 from ._api import ApiError, _text
 from ._index import WalIndex
 
-__all__ = ["MAX_BY", "MAX_NOTE", "decide", "note_and_by", "resolve"]
+__all__ = ["MAX_BY", "MAX_NOTE", "note_and_by", "resolve"]
 
 MAX_NOTE: Final = 4000
 MAX_BY: Final = 100
@@ -83,41 +84,3 @@ def resolve(
         raise ApiError(409, str(redact(str(exc)))) from exc
     index.refresh()
     return {"resolved": e.escalation, "saga": _text(e.saga_id), "step": e.step, "by": by}
-
-
-def decide(
-    index: WalIndex, request: str, body: Mapping[str, Any], *, default_by: str, encryptor: Any
-) -> dict[str, Any]:
-    """``POST /api/v1/approvals/<id>/decide`` ``{"decision": "approve"|"deny", "note", "by"?}``.
-
-    Writes exactly what ``agent-saga approvals approve|deny ID --note N [--by B]``
-    writes (:func:`agent_saga.approvals.decide_approval`).
-
-    Raises:
-        ApiError: 400 for a bad decision or no note; 409 when the request is not open.
-    """
-    from ..approvals import decide_approval
-
-    decision = body.get("decision")
-    if decision not in ("approve", "deny"):
-        raise ApiError(400, "decision must be 'approve' or 'deny'")
-    note, by = _note_and_by(body, default_by)
-    try:
-        a = decide_approval(
-            index.store,
-            request,
-            approve=decision == "approve",
-            note=note,
-            by=by,
-            encryptor=encryptor,
-        )
-    except SagaUsageError as exc:
-        raise ApiError(409, str(redact(str(exc)))) from exc
-    index.refresh()
-    return {
-        "request": a.request,
-        "decision": a.decision,
-        "saga": _text(a.saga_id),
-        "step": a.step,
-        "by": by,
-    }

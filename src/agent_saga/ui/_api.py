@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from ..secrets import redact
 from ..wal.status import escalation_state
-from ..wal.views import ApprovalView, EscalationView, StepView
+from ..wal.views import EscalationView, StepView
 from ._governance_api import halts_json
 from ._index import STATUSES, SagaDetail, SagaSummary, WalIndex
 from ._timeline import decorate_steps, text, ts_of, undo_order
@@ -24,7 +24,6 @@ __all__ = [
     "API_VERSION",
     "OUTCOME_OF_STATE",
     "ApiError",
-    "approvals",
     "escalations",
     "meta",
     "saga",
@@ -436,52 +435,3 @@ def escalations(index: WalIndex, params: Mapping[str, str]) -> dict[str, Any]:
         js["saga_name"] = None if s is None else _text(s.name)
         out.append(js)
     return {"items": out, "open": sum(1 for e in items if not e.resolved)}
-
-
-def _approval_state(a: ApprovalView, now: float) -> str:
-    if a.decided:
-        return str(a.decision)
-    if a.saga_ended:
-        return "saga_ended"
-    return "expired" if a.expired(now) else "open"
-
-
-def approvals(index: WalIndex, params: Mapping[str, str]) -> dict[str, Any]:
-    """``GET /api/v1/approvals[?all=1]``: approval requests, oldest first.
-
-    Args:
-        index: The WAL index.
-        params: ``all=1`` also lists decided and expired requests of live sagas.
-
-    Returns:
-        ``{"items": [...], "open": n}``.
-    """
-    every = params.get("all") in ("1", "true")
-    now = time.time()
-    out = []
-    n_open = 0
-    for a in index.approvals():
-        state = _approval_state(a, now)
-        n_open += state == "open"
-        if not every and state != "open":
-            continue
-        out.append(
-            {
-                "request": a.request,
-                "saga": _text(a.saga_id),
-                "saga_name": _text(a.saga_name),
-                "step": a.step,
-                "tool": _text(a.tool),
-                "semantics": a.semantics,
-                "kwargs": _bounded(a.kwargs),
-                "expires": a.expires,
-                "requested_by": _text(a.requested_by),
-                "ts": a.ts,
-                "state": state,
-                "decision": a.decision,
-                "decided_by": _text(a.decided_by),
-                "note": _text(a.note),
-                "decided_ts": a.decided_ts,
-            }
-        )
-    return {"items": out, "open": n_open}

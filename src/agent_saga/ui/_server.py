@@ -43,7 +43,7 @@ from ..errors import SagaError, SagaUsageError
 from ..gate import current_user
 from ..secrets import redact
 from ..wal.store import LogStore
-from . import _actions, _api, _governance_api, _undo_api
+from . import _actions, _api, _approvals_api, _governance_api, _undo_api
 from ._access_log import MAX_CHARS as MAX_LOG_CHARS
 from ._access_log import redact_line
 from ._index import WalIndex
@@ -466,7 +466,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             elif route == "escalations":
                 doc = _api.escalations(index, params)
             elif route == "approvals":
-                doc = _api.approvals(index, params)
+                doc = _approvals_api.approvals(index, params)
             elif route in _governance_api.ROUTES:
                 doc = _governance_api.get(route, index, params)
             else:
@@ -556,7 +556,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         kind = m.group(1) or m.group(3) or m.group(5)
         ident = unquote(m.group(2) or m.group(4) or m.group(6))
-        action = {"escalations": _actions.resolve, "approvals": _actions.decide}.get(kind)
+        action = {"escalations": _actions.resolve, "approvals": _approvals_api.decide}.get(kind)
         kw: dict[str, Any] = {"default_by": self.ui.user, "encryptor": self.ui.encryptor}
         try:
             doc = (action or _undo_api.undo)(self.ui.index, ident, body, **kw)

@@ -3,6 +3,7 @@
 "use strict";
 import { undoButton } from "/static/undo.js";
 import { loadLimits, renderHalts, renderLimits } from "/static/governance.js";
+import { renderApprovals } from "/static/approvals.js";
 
 // The saga statuses of docs/concepts.md ("States"); the server lists them in meta.statuses.
 const LABEL = {
@@ -345,7 +346,7 @@ function travel(to) {
 function renderContent() {
   const c = clear($("content"));
   if (S.view === "escalations") return renderEscalations(c);
-  if (S.view === "approvals") return renderApprovals(c);
+  if (S.view === "approvals") return renderApprovals(c, S.apr, UI, reloadQueues);
   if (S.view === "limits") return renderLimits(c, UI);
   if (!S.saga) {
     let text = "Select a run on the left (j / k), or open a deep link #/saga/<id>/step/<n>.";
@@ -671,39 +672,9 @@ function renderEscalations(c) {
     for (const e of done) c.append(h("div", { class: "queue-item resolved o-committed" }, h("h3", { text: `${e.escalation} · resolved by ${e.resolved_by}` }), h("div", { text: e.note }), h("div", { class: "muted small", text: e.reason })));
   }
 }
-function renderApprovals(c) {
-  c.append(h("h1", { text: "Approval queue" }), h("p", { class: "muted", text: "IRREVERSIBLE steps waiting for a human (ApprovalQueue). Approve or deny writes approval_decided in the WAL, exactly as `agent-saga approvals approve|deny ID --note …` does; the waiting agent proceeds." }));
-  if (!S.apr) { c.append(h("div", { class: "state muted", text: "Loading…" })); return; }
-  const open = S.apr.items.filter((a) => a.state === "open");
-  const rest = S.apr.items.filter((a) => a.state !== "open");
-  if (!open.length) c.append(h("div", { class: "state muted", id: "apr-empty", text: "No approval request is waiting." }));
-  for (const a of open) {
-    const note = h("textarea", { placeholder: "why (required; recorded with the decision)", maxlength: 4000, "aria-label": "note" });
-    const who = whoInput(`by-${a.request}`);
-    const act = (decision) => async (ev) => {
-      ev.target.disabled = true;
-      try {
-        const r = await api(`/api/v1/approvals/${encodeURIComponent(a.request)}/decide`, { body: { decision, note: note.value, by: who.value.trim() || null } });
-        toast(`${r.decision} ${r.request} — recorded in the WAL by ${r.by}`);
-        await loadQueues(); S.generation = -1; await tick();
-      } catch (err) { toast(String(err.message || err), true); ev.target.disabled = false; }
-    };
-    c.append(h("div", { class: "queue-item o-recovering", dataset: { request: a.request } },
-      h("h3", null, `${a.tool} (${a.semantics}) · `, h("a", { href: sagaHash(a.saga, a.step), text: `${a.saga_name || "saga"} ${short(a.saga)}` }), ` · step ${a.step}`),
-      valueBlock(a.kwargs),
-      h("div", { class: "muted small", text: `${a.request} · requested ${fmtTs(a.ts)} · expires ${fmtTs(a.expires)}` }),
-      h("div", { class: "queue-form" }, note, who,
-        h("button", { type: "button", class: "approve", dataset: { action: "approve" }, onclick: act("approve") }, "Approve"),
-        h("button", { type: "button", class: "deny", dataset: { action: "deny" }, onclick: act("deny") }, "Deny"))));
-  }
-  if (rest.length) {
-    c.append(h("h2", { class: "muted", text: "Decided or expired (sagas still live)" }));
-    for (const a of rest) c.append(h("div", { class: "queue-item resolved" }, h("h3", { text: `${a.tool} · ${a.state}${a.decided_by ? " by " + a.decided_by : ""}` }), h("div", { text: a.note || "" })));
-  }
-}
-
-// What undo.js ("Undo this run…") and governance.js use of this page.
-const UI = { h, clear, api, whoInput, fmtTs, ago, refresh: () => { S.generation = -1; tick(); } };
+// What undo.js ("Undo this run…"), governance.js and approvals.js use of this page.
+const UI = { h, clear, api, whoInput, fmtTs, ago, pill, toast, valueBlock, sagaHash, short, refresh: () => { S.generation = -1; tick(); } };
+async function reloadQueues() { await loadQueues(); S.generation = -1; await tick(); }
 
 // ---- keyboard ---------------------------------------------------------------------
 function onKey(ev) {

@@ -329,6 +329,10 @@ class WALWriter(FileBatches):
                 if batch.error is not None:
                     raise _waiter_error(batch.error, self.path) from batch.error.__cause__
                 return
+        await self._queued(data, loop)
+
+    async def _queued(self, data: bytes | Metered, loop: asyncio.AbstractEventLoop) -> None:
+        """Queue ``data`` for the next batch and await its durability (the loop's hand-off)."""
         fut: asyncio.Future[None] = loop.create_future()
         try:
             self._enqueue(data, fut, loop, block=False, kick=True)
@@ -376,15 +380,7 @@ class WALWriter(FileBatches):
         metered = Metered(
             encode_record(record, self._encryptor, self._salts.for_record(record)), ask
         )
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        try:
-            self._enqueue(metered, fut, loop, block=False, kick=True)
-        except WALFull:
-            if not self._block:
-                raise
-            await loop.run_in_executor(None, self._enqueue, metered, fut, loop)
-        await fut
+        await self._queued(metered, asyncio.get_running_loop())
         return verdict(ask)
 
     def flush(self) -> None:

@@ -373,7 +373,9 @@ def test_the_demo_log_shows_every_run_including_the_one_recovered_after_sigkill(
     tab.sign_in(ui)
     tab.page.wait_for_selector("#runs li")
     names = tab.page.locator("#runs li .name").all_inner_texts()
-    assert sorted(names) == ["newsletter", "newsletter", "purchase", "refactor"]
+    assert sorted(names) == ["newsletter", "newsletter", "purchase", "refactor", "upgrade"]
+    upgrade = tab.page.locator("#runs li", has_text="upgrade")
+    assert upgrade.get_attribute("data-status") == "undone", "act 4: undone after commit"
     refactor = tab.page.locator("#runs li", has_text="refactor")
     assert refactor.get_attribute("data-status") == "rolled_back"
     _open_run(tab, "refactor")

@@ -110,7 +110,7 @@ class FileBatches(QueueWriter, LogFile):
                     self._wake_flusher_locked()
             return batch
 
-    def _lead_inline(self, data: bytes) -> _Batch | None:
+    def _lead_inline(self, data: bytes | Metered) -> _Batch | None:
         """``sync_on_loop``: write ``data`` (and what is pending) on this thread now.
 
         Returns the written batch, or None when another batch is being written or

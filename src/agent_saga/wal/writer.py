@@ -380,7 +380,14 @@ class WALWriter(FileBatches):
         metered = Metered(
             encode_record(record, self._encryptor, self._salts.for_record(record)), ask
         )
-        await self._queued(metered, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        if self._sync_on_loop is not False and not getattr(loop, "_ready", True) and self._fast():
+            batch = self._lead_inline(metered)  # as append_async: no hand-off when safe
+            if batch is not None:
+                if batch.error is not None:
+                    raise _waiter_error(batch.error, self.path) from batch.error.__cause__
+                return verdict(ask)
+        await self._queued(metered, loop)
         return verdict(ask)
 
     def flush(self) -> None:

@@ -247,8 +247,17 @@ def test_the_page_shows_the_story_and_decides_a_quorum_like_the_cli(
     assert "0 of 2 approvals" in item.locator(".apr-progress").inner_text()
 
     def decide(by: str) -> None:
-        item.locator("textarea").fill(f"{by} checked the invoice")
-        item.locator("input[type=text]").fill(by)
+        # The queue is re-drawn every second: fill until both fields hold what was typed
+        # right before the click (a re-draw keeps a draft, but never mid-fill).
+        note = f"{by} checked the invoice"
+        for _ in range(5):
+            item.locator("textarea").fill(note)
+            item.locator("input[type=text]").fill(by)
+            if (
+                item.locator("textarea").input_value() == note
+                and item.locator("input[type=text]").input_value() == by
+            ):
+                break
         item.locator("button[data-action=approve]").click()
 
     decide("alice")

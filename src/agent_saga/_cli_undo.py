@@ -121,6 +121,11 @@ def cmd_undo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             line += f"  -> {plan.results[s.step]}"
         out.write(line + "\n")
     out.write(f"plan sha256 {plan.digest}\n")
+    if plan.tampered is not None:
+        out.write(
+            f"refused: the log fails verification where this saga's records are "
+            f"({plan.tampered}); an undo is refused: check it with `agent-saga wal verify`\n"
+        )
     if plan.dry_run:
         out.write("dry run: nothing was written and nothing called\n")
     elif plan.outcome is None:

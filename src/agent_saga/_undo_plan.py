@@ -85,6 +85,9 @@ class UndoPlan:
         outcome: None for a dry run; ``"undone"`` or ``"escalated"``.
         results: Step number -> ``compensated`` / ``no_effect`` / ``escalated`` /
             ``done before`` (a step an earlier, interrupted run of this undo finished).
+        tampered: Why the saga's records fail verification against the log's
+            checkpoints (``docs/audit.md``), or None; a dry run says it, an undo is
+            refused.
     """
 
     saga_id: str
@@ -98,6 +101,7 @@ class UndoPlan:
     by: str | None = None
     outcome: str | None = None
     results: dict[int, str] = field(default_factory=dict)
+    tampered: str | None = None
 
     @property
     def durable_steps(self) -> list[int]:
@@ -118,6 +122,7 @@ class UndoPlan:
             "steps": [s.as_json() for s in self.steps],
             "outcome": self.outcome,
             "results": {str(k): v for k, v in self.results.items()},
+            "tampered": self.tampered,
         }
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _crash, _observe
 from ._runtime import drive_sync
@@ -46,6 +46,9 @@ from .wal import records as R
 from .wal.halts import halts_in_force
 from .wal.state import SagaFold, SagaView, StepView, UndoView
 from .wal.store import LogStore, LogWriter, open_store
+
+if TYPE_CHECKING:
+    from .wal.saga_audit import SagaAudit
 
 __all__ = [
     "PlannedStep",
@@ -88,17 +91,38 @@ def step_facts(t: Target, step: StepView) -> StepFacts:
 
 
 class _SagaReader:
-    """One saga's records folded (and the tail read on demand): memory of one saga."""
+    """One saga's records folded (and the tail read on demand): memory of one saga.
 
-    def __init__(self, store: LogStore, saga_id: str, decryptor: Any) -> None:
+    With ``verify``, the same pass checks the log's checkpoints (``wal/saga_audit.py``).
+    """
+
+    def __init__(self, store: LogStore, saga_id: str, decryptor: Any, verify: bool = False) -> None:
         self.saga_id = saga_id
         self.fold = SagaFold()
         self._only: Callable[[Mapping[str, Any]], bool] = lambda d: d.get("saga") == saga_id
-        self.fold.feed(store.scan(decryptor=decryptor), only=self._only)
+        self.audit: SagaAudit | None = None
+        if verify:
+            # Lazily: the tree's modules are not part of ``import agent_saga``.
+            from .wal.saga_audit import SagaAudit
+
+            name = "offset" if store.kind == "file" else "seq"
+            self.audit = SagaAudit.from_env(cursor_name=name, track=frozenset({saga_id}))
+        items = store.scan(decryptor=decryptor)
+        self.fold.feed(items if self.audit is None else self.audit.through(items), only=self._only)
+        if self.audit is not None:
+            self.audit.settle()
 
     def catch_up(self, x: Any) -> SagaView | None:
-        self.fold.feed(x.read_from(self.fold.position), only=self._only)
+        items = x.read_from(self.fold.position)
+        self.fold.feed(items if self.audit is None else self.audit.through(items), only=self._only)
         return self.fold.get(self.saga_id)
+
+    def tampered(self) -> str | None:
+        """Why this saga's records fail verification (None: they do not, or unchecked)."""
+        if self.audit is None:
+            return None
+        v = self.audit.state(self.saga_id)
+        return v.finding if v is not None and v.state == "tampered" else None
 
     def view(self) -> SagaView | None:
         return self.fold.get(self.saga_id)
@@ -516,7 +540,8 @@ def undo_saga(
     Raises:
         SagaUsageError: an empty reason, an unknown saga, a saga not committed (in
             flight, rolled back), ``from_step`` out of range, an undo of an
-            overlapping step already open or done (the message says whose).
+            overlapping step already open or done (the message says whose), records
+            that fail verification against the log's checkpoints (``docs/audit.md``).
         UndoPlanChanged: ``expect_plan`` is not the plan any more; nothing was written.
     """
     if not reason or not reason.strip():
@@ -527,7 +552,7 @@ def undo_saga(
 
     store = open_store(wal_path if wal_path is not None else default_wal_path())
     who, identity = _who(by)
-    reader = _SagaReader(store, saga_id, encryptor)
+    reader = _SagaReader(store, saga_id, encryptor, verify=True)
     view = reader.view()
     problem = _bad_request(view, saga_id, store.display)
     if problem is not None:
@@ -538,6 +563,13 @@ def undo_saga(
         raise SagaUsageError(
             f"the log is damaged at offset {damaged}: a record of saga {saga_id} may be lost, "
             "so it is not undone on partial knowledge; run `agent-saga wal verify`"
+        )
+    tampered = reader.tampered()
+    if tampered is not None and not dry_run:  # its records are not what was signed
+        raise SagaUsageError(
+            f"saga {saga_id} is not undone: the log fails verification where its records are "
+            f"({tampered}); a compensation could act on edited records (a refund sent "
+            "elsewhere). Check the log with `agent-saga wal verify` and the saga's effects"
         )
     _check_from_step(view, from_step)
     undo = R.undo_id(saga_id, from_step)
@@ -551,6 +583,7 @@ def undo_saga(
         plan_digest(saga_id, undo, from_step, steps),
         reason=str(redact(reason)),
         by=who,
+        tampered=tampered,
     )
     conflict = _conflict(view, undo, steps, store.now())
     if conflict is not None:

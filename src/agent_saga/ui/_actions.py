@@ -4,6 +4,14 @@ Resolving writes exactly what the CLI writes, through the same function
 (:func:`agent_saga.recovery.escalations.resolve_escalation`). Deciding an approval
 request (through :func:`agent_saga.approvals.decide_approval`) lives with the rest
 of the approval queue in ``_approvals_api.py``; both use :func:`note_and_by`.
+
+Neither drives a compensation, so neither is refused when the saga's records fail
+verification against the log's checkpoints (``docs/audit.md``): resolving records a
+person's note (what they did by hand is the way out of a tampered saga), and an
+approval decides a live agent's forward step, whose kwargs the agent holds and the
+request's digest binds. What compensates — the undo (``_undo_api.py``, through
+``undo_saga``) — is refused; a retry is requested with ``agent-saga escalations
+retry`` and carried out by ``saga-recoveryd``, which checks the records it re-reads.
 """
 
 from __future__ import annotations

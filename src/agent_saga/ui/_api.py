@@ -162,6 +162,7 @@ def _summary_json(index: WalIndex, s: SagaSummary, status: str) -> dict[str, Any
         "claimed": s.claimed,
         "first_offset": s.first_offset,
         "last_offset": s.last_offset,
+        "verification": _text(index.verification(s.saga_id).as_json()),
     }
 
 
@@ -187,6 +188,9 @@ def _int_param(params: Mapping[str, str], name: str, default: int | None) -> int
 
 def meta(index: WalIndex, *, csrf: str, user: str, token_required: bool) -> dict[str, Any]:
     """``GET /api/v1/meta``: the WAL, its size, damage, record count, and session facts.
+
+    ``verification`` is the log's checkpoints as the index checked them: the latest
+    one that verified (size, root, time, key), whether the key is pinned, findings.
 
     Args:
         index: The WAL index.
@@ -218,6 +222,7 @@ def meta(index: WalIndex, *, csrf: str, user: str, token_required: bool) -> dict
         ],
         "anomalies": index.anomaly_count,
         "halts": halts_json(index),
+        "verification": _text(index.audit()),
         "statuses": list(STATUSES),
         "outcome_of_state": OUTCOME_OF_STATE,
         "owed_states": list(OWED_STATES),

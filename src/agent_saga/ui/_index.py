@@ -13,6 +13,10 @@ Memory grows with the number of sagas, not with the size of the log:
 The log is tailed from the offset where the last read stopped, like the daemon's
 ``catch_up``: a changed inode or a file shorter than that offset means compaction
 replaced it, and the index is rebuilt from offset 0.
+
+Each record read is also hashed into the log's tree by a
+:class:`~agent_saga.wal.saga_audit.SagaAudit` (two leaf numbers per saga), which
+checks checkpoints as they arrive: a refresh hashes only what was appended.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..errors import SagaError
 from ..recovery.liveness import liveness
 from ..wal import records as R
+from ..wal.autocheckpoint import audit_keys
 from ..wal.halts import Halt, HaltFold
 from ..wal.limits import LimitSpec, Usage, UsageFold
 from ..wal.reader import Damage, Decryptor, Record
+from ..wal.saga_audit import UNSEALED, SagaAudit, Verification
 from ..wal.saga_records import SagaRecords
 from ..wal.state import SagaFold, SagaView
 from ..wal.status import ESCALATED, RECOVERING, SAGA_STATUSES, retry_claim
@@ -168,6 +175,12 @@ class WalIndex:
         self._decryptor = decryptor
         self._lock = threading.RLock()
         self._details: OrderedDict[str, tuple[tuple[int, int], SagaDetail]] = OrderedDict()
+        self.audit_error: str | None = None
+        try:  # the key checkpoints are checked with, read once (AGENT_SAGA_AUDIT_KEY)
+            self._audit_key = audit_keys()[0]
+        except SagaError as exc:
+            self._audit_key = None
+            self.audit_error = f"AGENT_SAGA_AUDIT_KEY cannot be used ({exc}): not pinned"
         self._reset()
         self.stats.loading = True
 
@@ -183,6 +196,9 @@ class WalIndex:
         # Governance, folded from the same records: halts in force, limits' use.
         self._halts = HaltFold()
         self._usage = UsageFold()
+        # The log's tree and checkpoints: each saga's verification state.
+        cursor_name = "offset" if self._store.kind == "file" else "seq"
+        self._audit = SagaAudit(key=self._audit_key, cursor_name=cursor_name, track=())
         self._sagas: dict[str, SagaSummary] = {}
         self._order: list[str] = []  # saga ids by first offset (== insertion order)
         self._firsts = array("q")
@@ -241,6 +257,7 @@ class WalIndex:
                 for item in items:
                     if isinstance(item, Record):
                         self._apply(item)
+                        self._audit.add(item)
                         n += 1
                         if max_records is not None and n >= max_records:
                             break
@@ -253,11 +270,24 @@ class WalIndex:
                 close = getattr(items, "close", None)
                 if close is not None:
                     close()
+            if max_records is None or n < max_records:
+                self._audit.settle()  # read to the end: what only the whole log shows
+            if self._audit.pending:  # a checkpoint failed: which sagas have leaves there
+                self._resolve_audit()
             self.stats.offset = self._offset
             if n:
                 self.stats.generation += 1
             self.stats.loading = max_records is not None and n >= max_records
             return n
+
+    def _resolve_audit(self) -> None:
+        items = self._store.scan(0, decryptor=self._decryptor)
+        try:
+            self._audit.resolve(items)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
     def _add_damage(self, d: Damage) -> None:
         if any(x.offset == d.offset for x in self._damages[-8:]):
@@ -366,6 +396,17 @@ class WalIndex:
     def anomaly_count(self) -> int:
         """How many records the fold could not use (unknown type, malformed, late)."""
         return self._fold.anomaly_count
+
+    def verification(self, saga_id: str) -> Verification:
+        """``saga_id``'s verification state: ``sealed``, ``unsealed`` or ``tampered``."""
+        with self._lock:
+            v = self._audit.state(saga_id)
+        return v if v is not None else Verification(UNSEALED)
+
+    def audit(self) -> dict[str, Any]:
+        """The log's checkpoints as the index checked them (``/api/v1/meta``)."""
+        with self._lock:
+            return {**self._audit.as_json(), "error": self.audit_error}
 
     def summary(self, saga_id: str) -> SagaSummary | None:
         """Return the summary of ``saga_id``, or None when the log never mentioned it."""

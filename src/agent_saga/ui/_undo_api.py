@@ -42,6 +42,8 @@ _BAD_REQUEST: Final = ("out of range", "needs ", "must be a step number", "canno
 def _refused(exc: SagaUsageError) -> ApiError:
     """The one line of ``undo_saga``'s refusal, as an API error (never a trace)."""
     message = str(redact(str(exc)))
+    if "fails verification" in message:
+        return ApiError(409, message)  # its records are not what a checkpoint signed
     if message.startswith("no saga "):
         return ApiError(404, "no such saga in this WAL (it may have been compacted away)")
     if any(marker in message for marker in _BAD_REQUEST):
@@ -77,6 +79,7 @@ def plan_json(plan: UndoPlan) -> dict[str, Any]:
         "steps": steps,
         "will_compensate": sum(1 for s in plan.steps if s.action != CANNOT_UNDO),
         "cannot_undo": sum(1 for s in plan.steps if s.action == CANNOT_UNDO),
+        "tampered": _text(plan.tampered),
     }
 
 
@@ -105,7 +108,8 @@ def undo_plan(
     """``GET /api/v1/sagas/<id>/undo-plan[?from_step=N]``: what an undo would do.
 
     Exactly ``undo_saga(saga_id, dry_run=True, from_step=N)``: nothing is written and
-    nothing called.
+    nothing called. ``tampered`` says why the saga's records fail verification (the
+    undo itself is then refused, 409).
 
     Raises:
         ApiError: 404 unknown saga; 400 a bad ``from_step``; 409 a saga that cannot be

@@ -4,6 +4,7 @@
 import { undoButton } from "/static/undo.js";
 import { loadLimits, renderHalts, renderLimits } from "/static/governance.js";
 import { renderApprovals } from "/static/approvals.js";
+import { renderCheckpoint, verifyBadge } from "/static/verify.js";
 
 // The saga statuses of docs/concepts.md ("States"); the server lists them in meta.statuses.
 const LABEL = {
@@ -70,7 +71,7 @@ function ago(ts) {
   return `${Math.round(s / 86400)} d ago`;
 }
 // Every count the page prints goes through here: "1 step", "2 steps".
-const PLURAL = { retry: "retries" };
+const PLURAL = { retry: "retries", leaf: "leaves" };
 function count(n, noun) { return `${n} ${n === 1 ? noun : PLURAL[noun] || noun + "s"}`; }
 function short(id) { return typeof id === "string" && id.length > 12 ? id.slice(0, 12) + "…" : String(id); }
 function json(v) { return JSON.stringify(v, null, 2); }
@@ -166,6 +167,7 @@ async function loadMeta() {
   const d = $("damage");
   d.hidden = S.meta.damage_count === 0;
   d.textContent = `⚠ ${count(S.meta.damage_count, "damaged region")}`;
+  renderCheckpoint($("checkpoint"), S.meta.verification, fmtTs, count);
   renderHalts(S.meta.halts, UI);  // the red banner of a halted log, on every view
   if (S.meta.error) banner(`The log cannot be read: ${S.meta.error}`);
   else if (S.meta.loading) banner(`Reading the WAL… ${count(S.meta.records, "record")} so far`, true);
@@ -278,7 +280,8 @@ function renderRuns() {
     },
     h("span", { class: "name", text: s.name || "(unnamed)", title: s.name || "(unnamed)" }),
     badge(s.status),
-    h("span", { class: "sub", text: sub, title: sub })));
+    h("span", { class: "sub", text: sub, title: sub }),
+    verifyBadge(s.verification, h, false)));
   }
   $("more").hidden = S.cursor === null || S.cursor === undefined;
 }
@@ -371,6 +374,8 @@ function renderSaga(c, d) {
   c.append(h("div", { class: "saga-head" },
     h("h1", { id: "saga-name", text: d.name || "(unnamed saga)" }), badge(d.status),
     h("span", { class: "mono muted", id: "saga-id", text: d.saga }), undoButton(d, UI)));
+  const vb = verifyBadge(d.verification, h, true);
+  if (vb) { vb.id = "saga-verification"; c.append(h("div", { class: "verification" }, vb)); }
   const facts = h("div", { class: "facts" },
     h("span", null, "started ", h("b", { text: fmtTs(d.started) })),
     h("span", null, "duration ", h("b", { text: fmtDur(d.duration) || "–" })),

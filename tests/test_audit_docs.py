@@ -36,7 +36,13 @@ def _blocks(section: str, info: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("section", "least"), [("Walkthrough", 10), ("Export and offline verification", 8)]
+    ("section", "least"),
+    [
+        ("Walkthrough", 10),
+        ("Compaction", 8),
+        ("Redaction", 5),
+        ("Export and offline verification", 8),
+    ],
 )
 def test_the_section_runs_as_pasted_and_shows_what_the_page_says(
     tmp_path: Path, section: str, least: int

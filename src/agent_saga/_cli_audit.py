@@ -70,6 +70,10 @@ def add_audit_commands(
     )
     export_p.set_defaults(handler=cmd_export)
 
+    from ._cli_redact import add_redact_command
+
+    add_redact_command(wal_sub, add_wal_path)  # wal redact (docs/redaction.md)
+
     # ``wal verify`` is declared with the other log commands; its bundle form is here.
     verify_p = wal_sub.choices.get("verify")
     if verify_p is not None:
@@ -236,6 +240,8 @@ def audit_json(a: AuditReport) -> dict[str, Any]:
         "anchor": anchor,
         "findings": [{"kind": f.kind, "at": f.cursor, "text": f.text} for f in a.findings],
         "notes": a.notes,
+        "compaction": a.compaction,
+        "redactions": a.redactions,
         "ok": a.ok,
     }
 
@@ -254,7 +260,44 @@ def print_audit(a: AuditReport, out: TextIO) -> None:
             )
         elif a.anchor.consistent is False:
             out.write(f"anchor {a.anchor.path}: the consistency proof does not verify\n")
+    c = a.compaction
+    if c is not None:
+        when = _when(c.get("ts"))
+        attested = (
+            f"attested at leaf {c['attested_at']} by {_plain(c.get('by'))}{when}"
+            if "attested_at" in c
+            else "NOT attested"
+        )
+        out.write(
+            f"compacted: generation {c['generation']}, {c['removed']} of the first "
+            f"{c['size']} leaves removed in {len(c['runs'])} run(s), their subtree hashes "
+            f"kept; {attested}\n"
+        )
+    for d in a.redactions:
+        out.write(
+            f"redacted: saga {_plain(d['saga'])} ({d['records']} record(s)) by "
+            f"{_plain(d['by'])}{_when(d.get('ts'))} (leaf {d['leaf']}): {_plain(d['reason'])}\n"
+        )
     for f in a.findings:
         out.write(f"tampered: {f.text}\n")
     for n in a.notes:
         out.write(f"note: {n}\n")
+
+
+def _when(ts: object) -> str:
+    """`` at <UTC time>`` for a record's ``ts``, or nothing when it has none."""
+    if not isinstance(ts, int | float) or isinstance(ts, bool):
+        return ""
+    import datetime as _dt
+
+    try:
+        stamp = _dt.datetime.fromtimestamp(float(ts), _dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return f" at {stamp:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _plain(value: object, limit: int = 200) -> str:
+    """A value from the log as one printable line (the log is hostile: no escapes)."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"

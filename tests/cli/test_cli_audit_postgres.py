@@ -120,3 +120,31 @@ def test_deleting_the_last_rows_shows_against_an_anchor_that_covers_them(
     assert code == 1
     assert finding_kinds(doc) == ["truncated"]
     assert "the anchor signed 80 leaves; the log has 79" in text
+
+
+def test_compaction_keeps_the_anchor_and_its_record_cannot_be_dropped(
+    sealed: tuple[str, Path, Tables],
+) -> None:
+    url, anchor, t = sealed
+    proc = cli("wal", "compact", "--wal-path", url, "--retain-seconds", "0", "--no-archive")
+    assert proc.returncode == 0, proc.stderr
+    code, doc, text = _verify(url, "--anchor", str(anchor))
+    assert code == 0, text
+    assert "compacted: generation 1, 78 of the first" in text  # 13 sagas of 6 records
+    assert "checkpoints: 1 of 1 verified" in text
+    # The compaction record lives in the log row, after the header frame: cut it off,
+    # and the removed leaves are no longer accounted for.
+    raw = bytes(
+        t.conn.execute(
+            f"SELECT header FROM {t.schema}.logs WHERE log_id = %s", (t.log_id(),)
+        ).fetchone()[0]
+    )
+    end = 12 + int.from_bytes(raw[4:8], "little")
+    assert b'"type":"compaction"' in raw[end:]
+    t.conn.execute(
+        f"UPDATE {t.schema}.logs SET header = %s WHERE log_id = %s", (raw[:end], t.log_id())
+    )
+    code, doc, text = _verify(url)
+    assert code == 1, text
+    assert "missing" in finding_kinds(doc)
+    assert "the compaction attestation at leaf" in text

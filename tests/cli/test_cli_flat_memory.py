@@ -49,6 +49,7 @@ COMMANDS = {
     "escalations --json": [AGENT_SAGA, "escalations", "--json"],
     "approvals --json": [AGENT_SAGA, "approvals", "--json"],
     "limits --json": [AGENT_SAGA, "limits", "--json"],
+    "wal verify (the Merkle tree, streamed)": [AGENT_SAGA, "wal", "verify"],
 }
 
 

@@ -74,11 +74,10 @@ def test_drops_old_terminal_sagas_and_keeps_live_and_recent(tmp_path: Path) -> N
     assert sagas_in(wal) == ["live", "recent"]
     assert report.dropped_saga_ids == ["old"]
     assert (report.records_dropped, report.records_kept) == (4, 7)
-    assert (
-        report.bytes_after
-        < report.bytes_before
-        == report.bytes_after + sum(len(encode_record(x)) for x in saga("old", ended=100.0))
-    )
+    dropped = sum(len(encode_record(x)) for x in saga("old", ended=100.0))
+    # What compaction adds: the compaction record and its attestation (log-format §12.7).
+    assert (report.generation, report.tree_bytes > 0) == (1, True)
+    assert report.bytes_before == report.bytes_after - report.tree_bytes + dropped
     assert verify(wal).ok
 
 
@@ -87,7 +86,12 @@ def test_kept_frames_are_copied_byte_for_byte_in_order(tmp_path: Path) -> None:
     live = saga("live", ended=None)
     write(wal, saga("a", ended=1.0) + live[:2] + saga("b", ended=1.0) + live[2:])
     compact(wal, archive=None, retain_seconds=0, now=NOW)
-    assert wal.read_bytes() == b"".join(encode_record(x) for x in live)
+    # Between the compaction record and its attestation (log-format §12.7): the kept
+    # frames, as they were.
+    items = [i for i in scan(str(wal)) if isinstance(i, Record)]
+    assert (items[0].data["type"], items[-1].data["type"]) == ("compaction", "compaction_attested")
+    kept = wal.read_bytes()[items[0].end : items[-1].offset]
+    assert kept == b"".join(encode_record(x) for x in live)
 
 
 def test_open_escalation_keeps_its_saga_and_resolution_lets_it_go(tmp_path: Path) -> None:
@@ -117,8 +121,11 @@ def test_open_escalation_keeps_its_saga_and_resolution_lets_it_go(tmp_path: Path
         ],
     )
     report = compact(wal, archive=None, retain_seconds=0, now=NOW)
-    assert wal.stat().st_size == 0
+    # Nothing is left but what keeps the tree: the compaction record and its attestation.
+    left = [i.data["type"] for i in scan(str(wal)) if isinstance(i, Record)]
+    assert left == ["compaction", "compaction_attested"]
     assert report.records_dropped == 6  # including the escalation_resolved record
+    assert verify(wal).ok
 
 
 def test_archive_receives_dropped_frames(tmp_path: Path) -> None:

@@ -527,3 +527,58 @@ def _sign(key_text: str, log: str, size: int, root: bytes) -> Checkpoint:
     ts = 1_700_000_000_000
     signature = key.sign(checkpoint_text(log, size, root, ts))
     return Checkpoint(log, size, root, ts, key.alg, key.key_id, signature, key.verify_key.material)
+
+
+# ------------------------------------------------------------------ a compacted log
+
+
+def test_a_compacted_log_exports_a_bundle_the_shipped_verifier_checks(
+    tmp_path: Path, deps: Path
+) -> None:
+    from agent_saga.wal.compaction import compact
+
+    wal = str(tmp_path / "shop.wal")
+    w = open_store(wal).writer()
+    for i in range(12):  # sagas old-0..old-3 end long ago; live-0 goes on
+        w.append({**rec(i, saga=f"old-{i % 4}"), "ts": 10.0})
+    for i in range(4):
+        w.append(
+            {"type": "saga_end", "saga": f"old-{i}", "outcome": "committed", "by": "t", "ts": 10.0}
+        )
+    w.append(rec(99, saga="live-0"))
+    w.close()
+    seal(open_store(wal), signing_key(ED))
+    assert compact(wal, archive=None, retain_seconds=0, now=1000.0).records_dropped == 16
+    _write(wal, 3, first=200)
+    _export(wal, tmp_path / "bundle")
+    shipped = _ship(tmp_path / "bundle", tmp_path / "elsewhere")
+    assert (shipped / "compaction.json").exists()
+    proc = _check(deps, shipped)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "checkpoints: 2 of 2 verified" in proc.stdout  # the one before compaction too
+    # The attacker says one more leaf was compacted away (its hash is right, so the
+    # tree's root is the same) and drops its line: the attestation does not bind it.
+    comp = json.loads((shipped / "compaction.json").read_text())
+    record = comp["records"][0]["record"]
+    lines = _lines(shipped / "records.jsonl")
+    at = next(i for i, line in enumerate(lines) if b'"saga":"live-0"' in line)
+    victim = json.loads(lines[at])  # the live saga's record, kept by compaction
+    record["removed"].append(
+        [victim["leaf"], victim["leaf"], [base64.b64encode(_leaf(victim)).decode()]]
+    )
+    payload = json.dumps(record, separators=(",", ":")).encode()
+    comp["records"][0] = {"payload_b64": base64.b64encode(payload).decode(), "record": record}
+    (shipped / "compaction.json").write_text(json.dumps(comp))
+    record["removed"].sort()
+    del lines[at]
+    (shipped / "records.jsonl").write_bytes(b"".join(lines))
+    _rehash(shipped, "compaction.json")
+    _rehash(shipped, "records.jsonl")
+    proc = _check(deps, shipped)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the compaction attestation does not attest compaction.json" in proc.stdout
+
+
+def _leaf(line: dict[str, object]) -> bytes:
+    payload = base64.b64decode(str(line["payload_b64"]))
+    return hashlib.sha256(b"\x00" + payload).digest()

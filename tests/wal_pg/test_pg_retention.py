@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from agent_saga.wal import records as r
+from agent_saga.wal.audit import verify_log
 from agent_saga.wal.reader import Record, scan
 from agent_saga.wal.state import fold_file
 from agent_saga.wal.store import open_store
@@ -189,8 +190,15 @@ def test_only_old_terminal_sagas_are_dropped_and_every_kept_row_is_untouched(
     assert report["archive"] is None
     assert sagas_in(log) == ["awaiting", "escalated", "live", "recent", "retrying"]
     after = tables.records()
-    assert after == [row for row in before if row[1] != "old"]  # byte for byte, same seqs
+    # byte for byte, same seqs; plus the leaf that attests the compaction (§12.7)
+    assert saga_rows(after) == [row for row in before if row[1] != "old"]
+    assert len(after) - len(saga_rows(after)) == 1
     assert tables.archive() == []
+
+
+def saga_rows(rows: list[tuple[int, str | None, bytes]]) -> list[tuple[int, str | None, bytes]]:
+    """The rows without the ``compaction_attested`` leaves compaction appends (§12.7)."""
+    return [row for row in rows if b'"type":"compaction_attested"' not in row[2]]
 
 
 def test_resolving_the_escalation_lets_its_saga_go_with_the_resolution(
@@ -205,7 +213,7 @@ def test_resolving_the_escalation_lets_its_saga_go_with_the_resolution(
     assert resolved.returncode == 0, resolved.stderr
     report = compact(log, "--retain-seconds", "0", "--no-archive")
     assert report["records_dropped"] == 6  # the escalation_resolved record goes too
-    assert tables.records() == []
+    assert saga_rows(tables.records()) == []
 
 
 def test_the_archive_table_receives_every_dropped_row_once_and_a_rerun_is_a_no_op(
@@ -218,12 +226,12 @@ def test_the_archive_table_receives_every_dropped_row_once_and_a_rerun_is_a_no_o
     assert report["archive"] == "table agent_saga.archive"
     assert report["records_dropped"] == 8
     assert tables.archive() == dropped  # same seqs, same frames
-    assert tables.records() == [row for row in before if row[1] == "live"]
+    assert saga_rows(tables.records()) == [row for row in before if row[1] == "live"]
     again = compact(log, "--retain-seconds", "60")
     assert (again["records_dropped"], again["sagas_dropped"]) == (0, 0)
-    assert again["records_kept"] == 3
+    assert again["records_kept"] == 4  # the live saga's 3 and the attestation
     assert tables.archive() == dropped  # nothing archived twice
-    assert tables.records() == [row for row in before if row[1] == "live"]
+    assert saga_rows(tables.records()) == [row for row in before if row[1] == "live"]
 
 
 def test_an_archive_file_gets_the_dropped_frames_readable_by_scan(
@@ -278,7 +286,7 @@ def test_a_damaged_row_refuses_compaction_until_force_which_leaves_it_in_place(
     assert [row for row in tables.records() if row[0] == victim] == [
         row for row in before if row[0] == victim
     ]
-    assert by_saga(tables.records()).keys() == {"live"}
+    assert by_saga(saga_rows(tables.records())).keys() == {"live"}
 
 
 def test_a_second_compaction_of_the_same_log_is_refused_while_one_runs(
@@ -313,7 +321,7 @@ def test_an_encrypted_log_is_compacted_with_the_key_and_stays_sealed(
     )
     assert report["dropped_saga_ids"] == ["old"]
     rows = tables.records()
-    assert [sid for _, sid, _ in rows] == ["live"] * 3
+    assert [sid for _, sid, _ in saga_rows(rows)] == ["live"] * 3
     assert all(b"ord-live" not in frame for _, _, frame in rows)
 
 
@@ -322,11 +330,16 @@ def test_seqs_are_never_reused_after_rows_are_deleted(log: str, tables: Tables) 
     top = max(seq for seq, _, _ in tables.records())
     identity = open_store(log).identity()
     compact(log, "--retain-seconds", "0", "--no-archive")
-    assert tables.records() == []
+    rows = tables.records()
+    assert saga_rows(rows) == []
+    assert [seq for seq, _, _ in rows] == [top + 1]  # the compaction's attestation (§12.7)
     write(log, saga("next", ended=None))
     seqs = [seq for seq, _, _ in tables.records()]
-    assert seqs == list(range(top + 1, top + 4))
-    assert open_store(log).identity() == identity  # readers keep their cursors
+    assert seqs == list(range(top + 1, top + 5))
+    # Readers start again from the header: the compaction record, stored after it,
+    # says where the removed rows were (what a resumed tree would miss).
+    assert open_store(log).identity() != identity
+    assert verify_log(open_store(log)).ok
 
 
 _WRITER = textwrap.dedent(

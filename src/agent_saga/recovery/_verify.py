@@ -55,6 +55,8 @@ def verified_detail(
         if not isinstance(item, Record):
             continue
         index = tree.add(item)
+        if index < 0:
+            continue  # the compaction record: no leaf
         if item.data.get("saga") == saga_id:
             mine.append((index, item.offset))
             if item.data.get("type") != R.SAGA_END:
@@ -63,6 +65,7 @@ def verified_detail(
             name = "the latest checkpoint"
             ranges = departed(cp, tree)
             taints.extend((a, b, failure(cp, tree, name, ranges)) for a, b in ranges)
+    taints.extend((p.first, p.end, p.text) for p in tree.finish())
     if cp is not None and tree.size < cp.size:
         why = f"the log has {tree.size} leaves; the latest checkpoint signed {cp.size}"
         taints.append((0, cp.size, why))

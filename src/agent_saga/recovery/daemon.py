@@ -231,6 +231,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover):
             self._audit.reset()
         self._identity = identity
         self._feed(self._store.scan(self._offset, decryptor=self._encryptor))
+        self._audit.settle()  # the end of the log: what only a whole log shows
 
     # -- one pass -------------------------------------------------------------------
 

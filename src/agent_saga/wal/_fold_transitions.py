@@ -283,6 +283,32 @@ class FoldTransitions(ApprovalTransitions):
             )
             v.history.append(HistoryEvent(what, rec.get("by"), when(ts), detail))
 
+    def _redaction(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """A saga was redacted (``wal/redaction.py``): it leaves every view, for good.
+
+        Its frames were overwritten by ``redacted`` frames (which fold to nothing);
+        this record follows all of them in the log. A fold that met some of the
+        saga's records before they were overwritten — or a redaction interrupted
+        half-way, whose later frames still hold their records — drops whatever it
+        built from them here, so no reader (the recovery daemon included) ever takes
+        a redacted saga for one to recover, escalate, undo or run steps of.
+        """
+        sid = rec["saga"]
+        self._live.pop(sid, None)
+        self._ended.pop(sid, None)
+        self._summaries.pop(sid, None)
+        self._awaiting.pop(sid, None)
+        for eid in [e for e, v in self._escalations.items() if v.saga_id == sid]:
+            del self._escalations[eid]
+        for eid in [e for e, v in self._retries.items() if v.saga_id == sid]:
+            del self._retries[eid]
+        for key in [k for k in self._undos if k[0] == sid]:
+            del self._undos[key]
+        self._deferred -= {k for k in self._deferred if k[0] == sid}
+        self._saga_approvals.pop(sid, None)
+        for rid in [k for k, a in self._approvals.items() if a.saga_id == sid]:
+            del self._approvals[rid]
+
     def _log_meta(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         """``log_header`` / ``tail_repaired`` describe the file, not a saga."""
         if rec["type"] == r.TAIL_REPAIRED:
@@ -517,6 +543,11 @@ UNSCOPED: Final = {
     r.LOG_HEADER: FoldTransitions._log_meta,
     r.TAIL_REPAIRED: FoldTransitions._log_meta,
     r.CHECKPOINT: FoldTransitions._log_meta,
+    r.COMPACTION: FoldTransitions._log_meta,
+    r.COMPACTION_ATTESTED: FoldTransitions._log_meta,
+    # redaction (§12.7): a redacted frame folds to nothing; the redaction drops the saga
+    r.REDACTION: FoldTransitions._redaction,
+    r.REDACTED: FoldTransitions._log_meta,
     # governance: folded by wal/halts.py and wal/limits.py, not into saga views
     r.HALT: FoldTransitions._log_meta,
     r.RESUME: FoldTransitions._log_meta,

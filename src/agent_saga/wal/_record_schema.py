@@ -130,6 +130,26 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
     r.LOG_HEADER: {"format": _is_int},
     r.TAIL_REPAIRED: {"offset": _is_int, "length": _is_int, "by": _any},
     r.CHECKPOINT: {"size": _is_int, "root": _str, "sig": lambda v: isinstance(v, dict)},
+    r.COMPACTION: {
+        "generation": _is_int,
+        "size": _is_int,
+        "removed": lambda v: isinstance(v, list),
+    },
+    r.COMPACTION_ATTESTED: {
+        "generation": _is_int,
+        "digest": _str,
+        "size": _is_int,
+        "root": _str,
+        "removed_count": _is_int,
+        "by": _any,
+    },
+    r.REDACTED: {"leaf": _str},  # "saga" is optional: see _OPTIONAL
+    r.REDACTION: {
+        "saga": _str,
+        "leaves": lambda v: isinstance(v, list),
+        "reason": _str,
+        "by": _any,
+    },
     r.HALT: {"halt": _str, "scope": lambda v: isinstance(v, dict), "reason": _str, "by": _any},
     r.RESUME: {"halt": _str, "reason": _str, "by": _any},
     r.LIMIT_DECLARED: {"limit": _str, "kind": _str, "max": _is_num, "digest": _str},
@@ -161,6 +181,7 @@ _OPTIONAL: Final[dict[str, dict[str, _Check]]] = {
     r.INTENT: {"resolver": _opt_str},
     r.APPROVAL_REQUESTED: {"name": _opt_str},
     r.CLAIM: {"undo": _str},
+    r.REDACTED: {"saga": _str},  # a frame too short to name its saga has none
 }
 
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import MissingExtra, WALAnchorInvalid, install_hint
 from .checkpoints import checkpoint_of_record, read_anchor
 from .merkle import EMPTY_ROOT, consistency_ranges, frontier_ranges
 from .reader import Decryptor, Record
 from .records import CHECKPOINT
+from .redaction import redaction_notes
 from .tree import LogTree, subtree_hashes
 from .verifier import Checkpoint, ProofError, VerifyKey, fold_frontier, verify_consistency
 
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AnchorCheck", "AuditReport", "Finding", "verify_log"]
 
-FindingKind = Literal["changed", "missing", "inserted", "forged", "truncated", "rewritten"]
+FindingKind = Literal[
+    "changed", "missing", "inserted", "forged", "truncated", "rewritten", "compaction", "redaction"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +50,9 @@ class Finding:
             ``missing`` / ``inserted`` (fewer / more leaves precede a checkpoint than
             it signed), ``forged`` (a checkpoint the key did not sign, or malformed),
             ``truncated`` (fewer leaves than the anchor signed), ``rewritten`` (the
-            anchor's leaves are not the log's first leaves).
+            anchor's leaves are not the log's first leaves), ``compaction`` (the
+            compaction record does not hold, or no attestation binds it),
+            ``redaction`` (a redacted frame that no redaction lists).
         cursor: Where it is seen: the checkpoint's offset (file) or seq (PostgreSQL),
             or the end of the log.
         text: One line for humans, with offsets.
@@ -95,6 +100,11 @@ class AuditReport:
         findings: Everything wrong, in log order (empty: intact).
         notes: What a reader should know but is not wrong (unsealed leaves, ...).
         cursor_name: ``offset`` (file) or ``seq`` (PostgreSQL).
+        compaction: The log's compaction, when it was compacted: ``generation``,
+            ``size`` (leaves when compacted), ``removed`` (leaves removed), ``runs``,
+            ``attested_at`` (the attestation's leaf), ``by``, ``ts``.
+        redactions: Each ``redaction`` leaf: ``saga``, ``leaf``, ``records``,
+            ``reason``, ``by``, ``identity``, ``ts``.
     """
 
     log: str | None = None
@@ -110,6 +120,8 @@ class AuditReport:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cursor_name: str = "offset"
+    compaction: dict[str, Any] | None = None
+    redactions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -269,7 +281,7 @@ def verify_log(
             continue  # damage is not a leaf (``wal verify`` reports it from the store)
         if item.data.get("type") == CHECKPOINT:
             a.checkpoint(item)
-        tree.add(item)
+        tree.add(item)  # the compaction record is no leaf, but folds removed leaves in
         if acp is not None and tree.size == 1 and acp.log != (tree.log or "-"):
             raise WALAnchorInvalid(
                 f"the anchor {path} is a checkpoint of log {acp.log}, not of this one "
@@ -283,8 +295,16 @@ def verify_log(
                     Finding("rewritten", item.end, f"{why}: they differ in {a.departure(acp)}")
                 )
     r.log, r.size, r.root, r.end = tree.log, tree.size, tree.root(), tree.end
+    _compaction_and_redactions(tree, r)
+    r.notes.extend(redaction_notes(tree))  # one a crash left half done: run it again
     if acp is not None:
         r.anchor = AnchorCheck(path, acp.size, acp.key_id)
+        if anchor_root is None and tree.size > acp.size:
+            raise WALAnchorInvalid(
+                f"the anchor {path} signed {acp.size} leaves, and leaf {acp.size} of this "
+                "log was removed by compaction with the leaves before it: it cannot be "
+                "checked (anchors written by `wal seal` never fall there); use a later one"
+            )
         if tree.size < acp.size:
             why = f"the anchor signed {acp.size} leaves; the log has {tree.size}"
             cut = f"leaf {tree.size} ({r.cursor_name} {tree.end})"
@@ -303,6 +323,44 @@ def verify_log(
                 r.findings.append(Finding("rewritten", tree.end, why))
     _notes(a)
     return r
+
+
+def _compaction_and_redactions(tree: LogTree, r: AuditReport) -> None:
+    """Report the log's compaction and redactions, and what about them does not hold."""
+    for p in tree.finish():
+        kind: FindingKind = "redaction" if p.kind == "redaction" else "compaction"
+        r.findings.append(Finding(kind, p.cursor, p.text))
+    c = tree.compacted
+    if c is not None:
+        r.compaction = {
+            "generation": c.generation,
+            "size": c.size,
+            "removed": c.removed,
+            "runs": [[a, b - 1] for a, b, _ in c.runs],
+        }
+    for att in tree.attestations:
+        d = att.data
+        if att.kind == "compaction":
+            if c is not None and r.compaction is not None and d.get("generation") == c.generation:
+                r.compaction.update(attested_at=att.leaf, by=d.get("by"), ts=d.get("ts"))
+            continue
+        listed = d.get("leaves")
+        count = sum(
+            run[1] - run[0] + 1
+            for run in (listed if isinstance(listed, list) else ())
+            if isinstance(run, list) and len(run) == 2 and all(isinstance(x, int) for x in run)
+        )
+        r.redactions.append(
+            {
+                "saga": d.get("saga"),
+                "leaf": att.leaf,
+                "records": count,
+                "reason": d.get("reason"),
+                "by": d.get("by"),
+                "identity": d.get("identity"),
+                "ts": d.get("ts"),
+            }
+        )
 
 
 def _notes(a: _Audit) -> None:

@@ -39,7 +39,7 @@ from ..errors import SagaUsageError
 from . import records as R
 from .checkpoints import AuditKey, checkpoint_of_record, checkpoint_record, signing_key
 from .checkpoints import verifying_key as _verifying_key
-from .merkle import Frontier, frontier_ranges, leaf_hash
+from .merkle import Frontier, frontier_ranges
 from .reader import Damage, Record
 from .store import LogStore, LogWriter, open_store
 from .tree import LogTree
@@ -212,12 +212,20 @@ class LogAudit:
 
     def add(self, rec: Record) -> None:
         """Make ``rec`` the next leaf, checking it first when it is a checkpoint."""
-        index = self.tree.size
         if rec.data.get("type") == R.CHECKPOINT:
             self._check(rec)
-        self.tree.add(rec)
-        if self._signing is not None:
-            self._signing.append(leaf_hash(rec.payload))
+        tree = self.tree
+        seen = len(tree.problems)
+        index = tree.add(rec)
+        if len(tree.problems) > seen:
+            for p in tree.problems[seen:]:
+                self._taint([(p.first, p.end)], p.text, p.cursor)
+        if index < 0:
+            return  # the compaction record: no leaf (its removed subtrees were folded in)
+        signing = self._signing
+        if signing is not None:
+            for node, width in tree.pushed:
+                signing.append_subtree(node, width)
         saga = rec.data.get("saga")
         if not isinstance(saga, str) or not self._track:
             return
@@ -269,6 +277,18 @@ class LogAudit:
         if ranges:  # each later checkpoint names the same departure again
             self._taints.extend((a, b, why) for a, b in ranges)
             self._emit("log-tampered", at=at, leaves=[list(r) for r in ranges], finding=why)
+
+    def settle(self) -> None:
+        """At the end of the log: taint what only the whole log shows (see ``LogTree.finish``).
+
+        A compaction record no attestation binds, removed runs beyond the end, a
+        redacted frame no redaction lists. Call it when a read reached the end: the
+        compactor writes its attestation before the new file replaces the log, and
+        ``wal redact`` appends the redaction before it rewrites any frame, so at the
+        end of what was written none of these is a moment of a legitimate change.
+        """
+        for p in self.tree.finish():
+            self._taint([(p.first, p.end)], p.text, p.cursor)
 
     def finding(self, saga_id: str) -> str | None:
         """Why the daemon must not act on ``saga_id``'s records, or None if it may."""

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from .._crash import crashpoint
 from ..errors import SagaUsageError, WALCorrupted, WALError
 from . import records as r
+from ._compaction_tree import Preface, plan_runs
 from .deferred import DeferredFold
 from .format import HEADER, HEADER_SIZE, decode_payload, encode_record
 from .lease import ProcessLock
@@ -99,6 +101,9 @@ class CompactionReport:
         snapshots_deleted: Snapshot directories of dropped sagas removed.
         seconds: Wall time taken; ``locked_seconds``: time appends were paused.
         replaced: True once the compacted file replaced the WAL.
+        generation: The compaction's generation (its ``compaction`` record's).
+        tree_bytes: Bytes of the ``compaction`` record(s) and the
+            ``compaction_attested`` leaf written (``docs/log-format.md`` §12.7).
     """
 
     path: str
@@ -118,6 +123,8 @@ class CompactionReport:
     seconds: float = 0.0
     locked_seconds: float = 0.0
     replaced: bool = False
+    generation: int = 0
+    tree_bytes: int = 0
 
 
 @contextlib.contextmanager
@@ -202,6 +209,7 @@ class _Runs:
         self.src, self.dst = src, dst
         self.start = self.end = -1
         self.skip_headers = False  # the new file got a rewritten header already
+        self.preface: Preface | None = None  # the compaction record, after the header
 
     def add(self, start: int, end: int) -> None:
         if start == self.end:
@@ -304,6 +312,18 @@ def compact(
             report.bytes_before = report.bytes_after = boundary
             report.seconds = time.monotonic() - started
             return report
+        tree_plan = plan_runs(
+            scan(path, decryptor=decryptor),
+            boundary,
+            lambda data: _dropped(data, drop, esc_saga),
+            path,
+        )
+        # A log without a header that gets one (a layout conversion) starts a new tree:
+        # its leaf 0 was a record. Every other compaction keeps the tree (§12.7).
+        new_tree = header is not None and tree_plan.header_leaf is None
+        preface = Preface(
+            tree_plan, by=_compactor(), now=now, header=header is not None, enabled=not new_tree
+        )
         tmp_path = path + ".compact.tmp"
         src = os.open(path, os.O_RDONLY)
         try:
@@ -313,6 +333,7 @@ def compact(
                 tmp = stack.enter_context(open(tmp_path, "wb"))
                 if header is not None:
                     tmp.write(header)
+                    preface.place(tmp)
                 arch = None
                 if report.archive is not None:
                     arch = stack.enter_context(open(report.archive, "ab"))
@@ -321,6 +342,7 @@ def compact(
                     stack.callback(_truncate_unless_replaced, arch, arch.tell(), report)
                 keep, lose = _Runs(src, tmp), _Runs(src, arch)
                 keep.skip_headers = header is not None
+                keep.preface = preface
                 _copy_pass(path, 0, boundary, decryptor, drop, esc_saga, keep, lose, report)
                 _check_damage(path, report, force)
                 locked_at = time.monotonic()
@@ -330,11 +352,17 @@ def compact(
                         raise WALError(f"{path} was replaced during compaction; retry", path=path)
                     end = ident[1]
                     before = report.records_kept
+                    preface.in_tail = True
                     _copy_pass(path, boundary, end, decryptor, set(), {}, keep, lose, report)
                     report.tail_records = report.records_kept - before
                     _check_damage(path, report, force)
                     keep.flush()
                     lose.flush()
+                    preface.place(tmp)  # a log of nothing but dropped records and no header
+                    attestation = preface.attestation()
+                    tmp.write(attestation)  # the leaf that binds it (§12.7)
+                    report.generation = tree_plan.generation
+                    report.tree_bytes = len(preface.frames) + len(attestation)
                     if report.damages:
                         _quarantine(src, sidecar, report, now)
                     if arch is not None:
@@ -507,19 +535,40 @@ def _copy_pass(
         if item.end > end:  # a frame a writer finished after our boundary: tail's job
             break
         data = item.data
-        saga = data.get("saga")
-        if data.get("type") == r.ESCALATION_RESOLVED:
-            esc = data.get("escalation")
-            saga = esc_saga.get(esc) if isinstance(esc, str) else None
-        if isinstance(saga, str) and saga in drop:
+        rtype = data.get("type")
+        preface = keep.preface
+        if preface is not None and preface.old_record(item):
+            keep.flush()  # the last compaction's record: the new one replaces it
+            continue
+        if preface is not None and not preface.placed and rtype != r.LOG_HEADER:
+            keep.flush()
+            assert keep.dst is not None
+            preface.place(keep.dst)
+        if _dropped(data, drop, esc_saga):
             lose.add(item.offset, item.end)
             report.records_dropped += 1
-        elif keep.skip_headers and data.get("type") == r.LOG_HEADER:
+        elif keep.skip_headers and rtype == r.LOG_HEADER:
             keep.flush()  # replaced by the new file's own header
             report.records_kept += 1
         else:
             keep.add(item.offset, item.end)
             report.records_kept += 1
+        if preface is not None:
+            preface.seen(item)
+
+
+def _dropped(data: Mapping[str, Any], drop: set[str], esc_saga: dict[str, str]) -> bool:
+    """Whether compaction removes this record: it belongs to a dropped saga."""
+    saga = data.get("saga")
+    if data.get("type") == r.ESCALATION_RESOLVED:
+        esc = data.get("escalation")
+        saga = esc_saga.get(esc) if isinstance(esc, str) else None
+    return isinstance(saga, str) and saga in drop
+
+
+def _compactor() -> str:
+    """Who compacts, for the compaction records' ``by``."""
+    return f"compaction@{socket.gethostname()}:{os.getpid()}"
 
 
 def _truncate_unless_replaced(f: IO[bytes], size: int, report: CompactionReport) -> None:

@@ -9,6 +9,8 @@ A bundle is a directory (``docs/audit.md``, "Export and offline verification"):
   payload's JSON, for humans; the verifier checks it equals the payload);
 * ``checkpoints.jsonl`` — every ``checkpoint`` record of the log: ``leaf``, ``at``
   and ``checkpoint`` (its file form, as an anchor holds it);
+* ``compaction.json`` — a compacted log's ``compaction`` record (not a leaf: the
+  removed leaves' subtree hashes, ``docs/log-format.md`` §12.7), when it has one;
 * ``head.checkpoint`` — when a signing key is given, a checkpoint of the whole
   exported tree, signed now (not appended to the log: export only reads it);
 * ``verifier.py`` — a byte-for-byte copy of :mod:`agent_saga.wal.verifier`, which
@@ -81,6 +83,26 @@ leaves (n > 1) is the node over the root of the first k leaves and the root of t
 other n - k, k being the largest power of two smaller than n; the root of one leaf is
 its hash; the root of no leaves is SHA-256 of nothing.
 
+## A compacted log, a redacted record
+
+Compaction removes the records of sagas that are over. A compacted log keeps, for
+each run of removed leaves, the hashes of the perfect subtrees that covered them
+(the largest aligned power-of-two runs: leaves [a, a + 2^h) with a a multiple of
+2^h): `compaction.json` holds that record, `records`, each with `payload_b64` and
+`record` as above. Kept leaves keep their index, so `leaf` skips the removed ones;
+the verifier folds each removed subtree's hash in where its leaves were, so the
+tree, and every checkpoint over it, is the one before compaction. A later leaf,
+`compaction_attested`, binds the record: its `digest` is the SHA-256 of the
+records' payloads (in order, concatenated), its `size` and `root` the tree before
+it. A compaction record that no attestation binds, or one that another binds, is
+tampering.
+
+A redacted record (an erasure request) is a `redacted` record of the same length
+whose `leaf` is the hash of the record it replaced: that hash is its leaf, when a
+later `redaction` record of the same saga lists its index (who, why, when). The
+records carried a random salt, so nothing about the erased record can be confirmed
+from its hash.
+
 ## Checkpoints
 
 A checkpoint signs the root of the first `size` leaves. What is signed is this text,
@@ -107,9 +129,11 @@ checkpoint of every leaf of the bundle, signed when the bundle was made.
 ## What the verifier checks
 
 1. Every file named in `manifest.json` has the SHA-256 given there.
-2. The leaves of `records.jsonl`, folded into the tree, give the manifest's `size`
-   and `root`; each line's `leaf` is its position; each plain line's `record` is its
-   payload read as JSON; the counts by record type are the manifest's.
+2. The leaves of `records.jsonl` (and a compacted log's removed subtrees), folded
+   into the tree, give the manifest's `size` and `root`; each line's `leaf` is its
+   position; each plain line's `record` is its payload read as JSON; the counts by
+   record type are the manifest's; compaction and redaction records hold as said
+   above.
 3. Each checkpoint is of this log (its `log` is the header's id), is signed by the
    key you give, and signs the root the leaves give at its size. A record edited,
    removed, added or moved before a checkpoint changes that root.
@@ -243,17 +267,21 @@ def _write(
     encrypted = damaged = checkpoints = 0
     failed: list[str] = []
     records, cps = create("records.jsonl"), create("checkpoints.jsonl")
+    compaction: list[dict[str, Any]] = []
     try:
         for item in store.scan(decryptor=decryptor):
             if not isinstance(item, Record):
                 damaged += 1
                 continue
             kind = str(item.data.get("type"))
-            by_type[kind] = by_type.get(kind, 0) + 1
             if kind == CHECKPOINT:
                 checkpoints += 1
                 _checkpoint(item, tree, cps, failed)
             index = tree.add(item)
+            if index < 0:  # the compaction record: no leaf (compaction.json)
+                compaction.append({"payload_b64": _b64(item.payload), "record": item.data})
+                continue
+            by_type[kind] = by_type.get(kind, 0) + 1
             line: dict[str, Any] = {"leaf": index, "at": item.offset, "kind": item.kind}
             line["payload_b64"] = _b64(item.payload)
             if item.kind == KIND_PLAIN:
@@ -264,6 +292,13 @@ def _write(
     finally:
         hashes = {"records.jsonl": records.close(), "checkpoints.jsonl": cps.close()}
     log = tree.log or "-"
+    if compaction:
+        f = create("compaction.json")
+        f.write(json.dumps({"records": compaction}, indent=1).encode() + b"\n")
+        hashes["compaction.json"] = f.close()
+    problems = [p.text for p in tree.finish()]
+    if problems:
+        failed.extend(f"the log's tree does not hold: {p}" for p in problems)
     if damaged:
         result.warnings.append(
             f"{store.display} has {damaged} damaged region(s): they are no leaves, and are "
@@ -294,6 +329,9 @@ def _write(
         "encrypted": encrypted,
         "checkpoints": checkpoints,
         "damaged_regions": damaged,
+        "compaction": None
+        if tree.compacted is None
+        else {"generation": tree.compacted.generation, "removed": tree.compacted.removed},
         "head": result.head is not None,
         "files": hashes,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),

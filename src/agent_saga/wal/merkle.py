@@ -133,6 +133,41 @@ class Frontier:
             n >>= 1
         self.size += 1
 
+    def append_subtree(self, node: bytes, width: int) -> None:
+        """Add a whole perfect subtree of ``width`` leaves by its hash alone.
+
+        What a compacted log needs (``docs/log-format.md`` §12.7): the removed leaves
+        are gone, the hashes of the perfect subtrees that covered them are kept.
+
+        Args:
+            node: The subtree's hash.
+            width: Its number of leaves, a power of two that divides the current size
+                (the subtree must start where the tree ends, aligned).
+
+        Raises:
+            ValueError: ``width`` is not such a power of two.
+        """
+        if width < 1 or width & (width - 1) or self.size % width:
+            raise ValueError(f"a subtree of {width} leaves cannot follow {self.size} leaves")
+        nodes = self._nodes
+        nodes.append(node)
+        n = self.size // width
+        while n & 1:
+            right = nodes.pop()
+            nodes[-1] = node_hash(nodes[-1], right)
+            n >>= 1
+        self.size += width
+
+    def replace_first(self, leaf: bytes) -> None:
+        """Replace the only leaf of a one-leaf tree (a converted log's header, §12.7).
+
+        Raises:
+            ValueError: the tree does not have exactly one leaf.
+        """
+        if self.size != 1:
+            raise ValueError(f"only a one-leaf tree's leaf can be replaced, not of {self.size}")
+        self._nodes[0] = leaf
+
     def root(self) -> bytes:
         """The tree's root (``MTH`` of every leaf so far)."""
         return fold_frontier(self._nodes)
@@ -295,6 +330,40 @@ class SubtreeCollector(Frontier):
                 self._found[(end - width, end)] = nodes[-1]
         self.size = end
 
+    def append_subtree(self, node: bytes, width: int) -> None:
+        """Add a perfect subtree by its hash (see :meth:`Frontier.append_subtree`).
+
+        A wanted range inside it cannot be collected (its leaves are gone): it stays
+        missing, and :meth:`hashes` says so.
+        """
+        if width == 1:
+            self.append(node)
+            return
+        if width & (width - 1) or self.size % width:
+            raise ValueError(f"a subtree of {width} leaves cannot follow {self.size} leaves")
+        start = self.size
+        end = start + width
+        starts = self._by_end.get(end, set())
+        nodes = self._nodes
+        nodes.append(node)
+        if start in starts:
+            self._found[(start, end)] = node
+        n, w = start // width, width
+        while n & 1:
+            right = nodes.pop()
+            nodes[-1] = node_hash(nodes[-1], right)
+            n >>= 1
+            w <<= 1
+            if end - w in starts:
+                self._found[(end - w, end)] = nodes[-1]
+        self.size = end
+
+    def replace_first(self, leaf: bytes) -> None:
+        """As :meth:`Frontier.replace_first`, keeping a wanted ``(0, 1)`` in step."""
+        super().replace_first(leaf)
+        if (0, 1) in self._found:
+            self._found[(0, 1)] = leaf
+
     def hashes(self) -> dict[tuple[int, int], bytes]:
         """Every wanted subtree's hash, once ``size`` leaves were appended.
 
@@ -305,9 +374,12 @@ class SubtreeCollector(Frontier):
             raise ValueError(f"{self.size} leaves appended, the tree has {self._target}")
         found = dict(self._found)
         spans = frontier_ranges(self.size)
+        edge = {s: i for i, (s, _) in enumerate(spans)}
         for a, b in self._wanted - found.keys():
             # A node on the right edge: the fold of the frontier's nodes from ``a`` on.
-            first = next(i for i, (s, _) in enumerate(spans) if s == a)
+            first = edge.get(a)
+            if first is None or b != self.size:
+                raise ValueError(f"leaves {a}-{b - 1} are inside a compacted range")
             found[(a, b)] = fold_frontier(self._nodes[first:])
         return found
 

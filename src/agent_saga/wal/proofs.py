@@ -22,7 +22,7 @@ from .checkpoints import AuditKey, checkpoint_of_record, checkpoint_record
 from .format import KIND_PLAIN, Encryptor
 from .merkle import inclusion_ranges
 from .reader import Decryptor, Record
-from .records import CHECKPOINT
+from .records import CHECKPOINT, REDACTED, REDACTION
 from .tree import LogTree, leaves, subtree_hashes
 from .verifier import PROOF_FORMAT, Checkpoint, ProofError, VerifyKey
 
@@ -140,6 +140,12 @@ def prove(
     where = store.display
     if not mine:
         raise WALError(f"saga {saga} has no record in {where}", path=where)
+    if any(rec.data.get("type") in (REDACTED, REDACTION) for _, rec in mine):
+        raise WALError(
+            f"saga {saga} was redacted (`agent-saga wal verify` says by whom, when and "
+            "why): its records are erased, and there is nothing of them to prove",
+            path=where,
+        )
     if bad is not None:
         raise WALError(f"{where}: {bad}; run `agent-saga wal verify`", path=where)
     if latest is None:

@@ -70,6 +70,8 @@ __all__ = [
     "CHECKPOINT",
     "CLAIM",
     "COMMITTED",
+    "COMPACTION",
+    "COMPACTION_ATTESTED",
     "COMPENSATED",
     "COMPENSATING",
     "COMPENSATION_FAILED",
@@ -88,6 +90,8 @@ __all__ = [
     "LOG_HEADER",
     "META_TYPES",
     "RECORD_TYPES",
+    "REDACTED",
+    "REDACTION",
     "RESUME",
     "SAGA_BEGIN",
     "SAGA_END",
@@ -132,6 +136,10 @@ UNDO_REQUESTED: Final = "undo_requested"
 UNDONE: Final = "undone"
 DEFERRED: Final = "deferred"
 DEFERRED_DONE: Final = "deferred_done"
+COMPACTION: Final = "compaction"
+COMPACTION_ATTESTED: Final = "compaction_attested"
+REDACTED: Final = "redacted"
+REDACTION: Final = "redaction"
 
 RECORD_TYPES: Final = frozenset(
     {
@@ -163,6 +171,10 @@ RECORD_TYPES: Final = frozenset(
         UNDONE,
         DEFERRED,
         DEFERRED_DONE,
+        COMPACTION,
+        COMPACTION_ATTESTED,
+        REDACTED,
+        REDACTION,
     }
 )
 
@@ -172,7 +184,9 @@ GOVERNANCE_TYPES: Final = frozenset(
 )
 
 #: Records about the log itself rather than a saga (``docs/log-format.md`` §1, §8, §12.7).
-META_TYPES: Final = frozenset({LOG_HEADER, TAIL_REPAIRED, CHECKPOINT})
+META_TYPES: Final = frozenset(
+    {LOG_HEADER, TAIL_REPAIRED, CHECKPOINT, COMPACTION, COMPACTION_ATTESTED, REDACTION}
+)
 
 TERMINAL_OUTCOMES: Final = frozenset({"committed", "rolled_back", "escalated"})
 

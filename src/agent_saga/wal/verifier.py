@@ -40,7 +40,7 @@ import hmac
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +50,14 @@ __all__ = [
     "EMPTY_ROOT",
     "PROOF_FORMAT",
     "Checkpoint",
+    "Compacted",
+    "CompactionParts",
     "ProofError",
     "VerifyKey",
     "checkpoint_text",
+    "cover",
     "decode_bytes",
+    "decode_hash",
     "ed25519_key_id",
     "fold_frontier",
     "hmac_key_id",
@@ -61,12 +65,14 @@ __all__ = [
     "main",
     "node_hash",
     "parse_checkpoint",
+    "parse_compaction",
     "parse_key",
     "root_from_inclusion",
     "verify_bundle",
     "verify_consistency",
     "verify_inclusion",
     "verify_proof_document",
+    "whole_number",
 ]
 
 #: The first line of the signed text of a checkpoint (its version).
@@ -131,6 +137,164 @@ def fold_frontier(nodes: Sequence[bytes]) -> bytes:
     for n in reversed(nodes[:-1]):
         h = node_hash(n, h)
     return h
+
+
+# ------------------------------------------------------------------------ compaction
+# A compacted log keeps the hashes of the perfect subtrees that covered the leaves it
+# removed (docs/log-format.md §12.7): readers fold them in where the leaves were.
+
+
+def cover(first: int, end: int) -> list[tuple[int, int]]:
+    """The perfect subtrees that exactly cover leaves ``[first, end)``, left to right.
+
+    The largest aligned power-of-two runs (each a node of any RFC 6962 tree that
+    holds them): what a ``compaction`` record keeps of a removed run.
+
+    Args:
+        first: The first leaf.
+        end: One past the last leaf.
+
+    Returns:
+        ``(start, end)`` of each subtree.
+    """
+    out: list[tuple[int, int]] = []
+    while first < end:
+        width = first & -first if first else 1 << (end.bit_length() - 1)
+        while first + width > end:
+            width >>= 1
+        out.append((first, first + width))
+        first += width
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """A log's compaction: its ``compaction`` record(s), parsed.
+
+    A long list of runs is split over consecutive records (``part`` 0 to
+    ``parts - 1``), each under the frame size limit; together they are one record.
+
+    Attributes:
+        generation: 1 for a log's first compaction, then 2, ...
+        size: The tree's size when compaction read the log (leaves before it).
+        runs: Removed runs ``(first, end)`` with their subtree hashes.
+        digest: SHA-256 of the parts' payloads, concatenated in order (what
+            ``compaction_attested`` names).
+        removed: How many leaves the runs hold.
+        parts: How many records it took.
+    """
+
+    generation: int
+    size: int
+    runs: tuple[tuple[int, int, tuple[bytes, ...]], ...]
+    digest: str
+    removed: int
+    parts: int = 1
+
+    def blocks(self) -> Iterator[tuple[int, int, bytes]]:
+        """Each removed perfect subtree: ``(start, width, hash)``, in order."""
+        for first, end, hashes in self.runs:
+            for (a, b), h in zip(cover(first, end), hashes, strict=True):
+                yield a, b - a, h
+
+
+def decode_hash(text: object) -> bytes:
+    """A base64 SHA-256 hash from a record or a file (ValueError: it is not one)."""
+    if not isinstance(text, str):
+        raise ValueError("a hash is not a string")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("a hash is not base64") from None
+    if len(raw) != 32:
+        raise ValueError("a hash is not 32 bytes")
+    return raw
+
+
+def whole_number(value: object) -> bool:
+    """Whether a JSON value is a whole number (not a bool, not negative)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class CompactionParts:
+    """A log's ``compaction`` records, read and checked one by one (a reader of the tree
+    gives each part to :meth:`add` as it meets them; :meth:`result` once complete)."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.runs: list[tuple[int, int, tuple[bytes, ...]]] = []
+        self.count = 0
+        self.seen = 0
+        self.head: tuple[int, int, int] | None = None  # generation, size, parts
+
+    @property
+    def complete(self) -> bool:
+        """Whether every part was read."""
+        return self.head is not None and self.seen == self.head[2]
+
+    def add(self, data: Mapping[str, Any], payload: bytes) -> None:
+        """Check and take the next part (ValueError: malformed or out of order)."""
+        generation, size = data.get("generation"), data.get("size")
+        part, parts = data.get("part", 0), data.get("parts", 1)
+        if not (whole_number(generation) and generation and whole_number(size)):
+            raise ValueError("generation and size must be whole numbers")
+        if not (whole_number(part) and whole_number(parts) and parts):
+            raise ValueError("part and parts must be whole numbers")
+        assert isinstance(generation, int)
+        assert isinstance(size, int)
+        assert isinstance(parts, int)
+        if self.head is None:
+            self.head = (generation, size, parts)
+        if (generation, size, parts) != self.head or part != self.seen:
+            raise ValueError(f"part {part!r} does not follow part {self.seen - 1} in order")
+        removed = data.get("removed")
+        if not isinstance(removed, list):
+            raise ValueError("removed must be a list")
+        last = self.runs[-1][1] if self.runs else 0
+        for run in removed:
+            if not (isinstance(run, list) and len(run) == 3 and isinstance(run[2], list)):
+                raise ValueError("each removed run is [first, last, [hashes]]")
+            first, final, hashes = run
+            if (
+                not (whole_number(first) and whole_number(final))
+                or not last <= first <= final < size
+            ):
+                raise ValueError(f"the run {first!r}-{final!r} is out of order or beyond {size}")
+            if len(hashes) != len(cover(first, final + 1)):
+                raise ValueError(f"the run {first}-{final} does not have one hash per subtree")
+            self.runs.append((first, final + 1, tuple(decode_hash(h) for h in hashes)))
+            last, self.count = final + 1, self.count + final + 1 - first
+        self.digest.update(payload)
+        self.seen += 1
+
+    def result(self) -> Compacted:
+        """The whole record (once :attr:`complete`)."""
+        assert self.head is not None
+        generation, size, parts = self.head
+        runs = tuple(self.runs)
+        return Compacted(generation, size, runs, self.digest.hexdigest(), self.count, parts)
+
+
+def parse_compaction(records: Iterable[tuple[Mapping[str, Any], bytes]]) -> Compacted:
+    """Check and parse a log's ``compaction`` record(s).
+
+    Args:
+        records: Each part's record and payload bytes as stored, in order.
+
+    Returns:
+        The removed runs and the digest.
+
+    Raises:
+        ValueError: malformed: parts missing or out of order, runs out of order,
+            overlapping, beyond ``size``, or without one 32-byte hash per perfect
+            subtree of the run.
+    """
+    parts = CompactionParts()
+    for data, payload in records:
+        parts.add(data, payload)
+    if not parts.complete:
+        raise ValueError("parts are missing")
+    return parts.result()
 
 
 # ------------------------------------------------------------------ RFC 9162 verifiers
@@ -697,12 +861,11 @@ def verify_bundle(bundle: str, key: VerifyKey | None) -> tuple[list[str], list[s
         bad.append(f"manifest.json: log {log}, but records.jsonl's header names {header_log}")
         log = header_log
     cps, key, notes = _read_checkpoints(bundle, files, log, key)
-    want = {cp.size for _, _, cp in cps} | {size}
-    roots: dict[int, tuple[bytes, list[bytes]]] = {0: (EMPTY_ROOT, [])} if 0 in want else {}
-    nodes: list[bytes] = []
+    compacted = _bundle_compaction(bundle, files, bad)
+    tree = _BundleTree({cp.size for _, _, cp in cps} | {size}, compacted)
     types: dict[str, int] = {}
     cp_records: dict[int, tuple[Any, Any, Any]] = {}
-    n = t = encrypted = expect = 0
+    n = encrypted = 0
     with open(f"{bundle}/records.jsonl", "rb") as f:
         for n, line in enumerate(f, 1):
             where = f"records.jsonl line {n}"
@@ -713,9 +876,13 @@ def verify_bundle(bundle: str, key: VerifyKey | None) -> tuple[list[str], list[s
             except (ValueError, KeyError, TypeError, binascii.Error):
                 bad.append(f"{where}: not a record line (leaf, kind, payload_b64)")
                 continue
-            if leaf != expect:  # said once per departure, not for every line after it
-                bad.append(f"{where}: numbered leaf {leaf}, not {expect}: lines removed or added")
-            expect = leaf + 1 if isinstance(leaf, int) else expect + 1
+            t = tree.size
+            if leaf != tree.expect:  # said once per departure, not for every line after it
+                bad.append(
+                    f"{where}: numbered leaf {leaf}, not {tree.expect}: lines removed or added"
+                )
+            tree.expect = leaf + 1 if isinstance(leaf, int) else tree.expect + 1
+            node = leaf_hash(payload)
             if kind == 1:
                 try:
                     decoded = json.loads(payload)
@@ -730,16 +897,12 @@ def verify_bundle(bundle: str, key: VerifyKey | None) -> tuple[list[str], list[s
                         sig = decoded.get("sig")
                         sig_value = sig.get("value") if isinstance(sig, dict) else None
                         cp_records[t] = (decoded.get("size"), decoded.get("root"), sig_value)
+                    node = tree.special(rtype, decoded, node, where, bad)
             else:
                 encrypted += 1
-            nodes.append(leaf_hash(payload))
-            count, t = t, t + 1  # the leaves before this one: merge the subtrees it completes
-            while count & 1:
-                right = nodes.pop()
-                nodes[-1] = node_hash(nodes[-1], right)
-                count >>= 1
-            if t in want:
-                roots[t] = (fold_frontier(nodes), list(nodes))
+            tree.push(node, 1)
+    bad.extend(tree.finish())
+    t, roots = tree.size, tree.roots
     b64 = base64.b64encode
     if t != size:
         bad.append(f"manifest.json: size {size}, but records.jsonl has {t} leaves")
@@ -793,6 +956,116 @@ def verify_bundle(bundle: str, key: VerifyKey | None) -> tuple[list[str], list[s
     if cps and covered < t:
         notes.append(f"leaves {covered}-{t - 1} are covered by no verified checkpoint")
     return notes, bad
+
+
+def _bundle_compaction(bundle: str, files: dict[str, str], bad: list[str]) -> Compacted | None:
+    """The log's compaction record, from ``compaction.json`` (None: never compacted)."""
+    if "compaction.json" not in files:
+        return None
+    doc = _bundle_json(f"{bundle}/compaction.json", "compaction.json")
+    parts = CompactionParts()
+    try:
+        for entry in doc["records"]:
+            payload = base64.b64decode(entry["payload_b64"], validate=True)
+            record = json.loads(payload)
+            if record != entry.get("record"):
+                bad.append("compaction.json: a record is not its payload")
+            parts.add(record, payload)
+        if not parts.complete:
+            raise ValueError("parts are missing")
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise ProofError(f"compaction.json is corrupt ({exc})") from None
+    return parts.result()
+
+
+class _BundleTree:
+    """The tree of ``records.jsonl``'s leaves, with a compacted log's removed subtrees
+    folded in where their leaves were, the checks of compaction and redaction records,
+    and the roots at the sizes asked for (the checkpoints' and the manifest's)."""
+
+    def __init__(self, want: set[int], compacted: Compacted | None) -> None:
+        self.size = self.expect = 0
+        self.nodes: list[bytes] = []
+        self.want = want
+        self.roots: dict[int, tuple[bytes, list[bytes]]] = {}
+        if 0 in want:
+            self.roots[0] = (EMPTY_ROOT, [])
+        self.compacted = compacted
+        self.blocks = list(compacted.blocks()) if compacted is not None else []
+        self.blocks.reverse()  # popped from the end, in order
+        self.attested = False
+        self.redacted: dict[int, str] = {}
+        self.problems: list[str] = []
+        self._fold()
+
+    def push(self, node: bytes, width: int) -> None:
+        """Add a leaf (width 1) or a removed perfect subtree; then the removed ones after it."""
+        nodes = self.nodes
+        nodes.append(node)
+        count = self.size // width
+        while count & 1:  # merge the subtrees it completes
+            right = nodes.pop()
+            nodes[-1] = node_hash(nodes[-1], right)
+            count >>= 1
+        self.size += width
+        if self.size in self.want:
+            self.roots[self.size] = (fold_frontier(nodes), list(nodes))
+        if width == 1:
+            self._fold()
+
+    def _fold(self) -> None:
+        while self.blocks and self.blocks[-1][0] == self.size:
+            _, width, node = self.blocks.pop()
+            self.push(node, width)
+            self.expect += width  # the next line's leaf skips the removed ones
+
+    def special(
+        self, rtype: str, rec: dict[str, Any], node: bytes, where: str, bad: list[str]
+    ) -> bytes:
+        """The leaf hash of a plain record, checking the records about the tree."""
+        t = self.size
+        if rtype == "redacted":  # counts as the leaf it carries, if a redaction lists it
+            try:
+                carried = decode_hash(rec.get("leaf"))
+            except ValueError:
+                bad.append(f"{where}: a redacted record without a leaf hash")
+                return node
+            saga = rec.get("saga")
+            self.redacted[t] = saga if isinstance(saga, str) else ""
+            return carried
+        if rtype == "redaction":
+            listed = rec.get("leaves")
+            for run in listed if isinstance(listed, list) else ():
+                if isinstance(run, list) and len(run) == 2 and all(map(whole_number, run)):
+                    for i in range(run[0], min(run[1], t - 1) + 1):
+                        if self.redacted.get(i) in ("", rec.get("saga")):
+                            del self.redacted[i]
+        elif rtype == "compaction_attested":
+            root = base64.b64encode(fold_frontier(self.nodes)).decode()
+            if rec.get("size") != t or rec.get("root") != root:
+                bad.append(f"{where}: a compaction attestation of another tree than before it")
+            c = self.compacted
+            if c is not None and rec.get("generation") == c.generation:
+                self.attested = True
+                if rec.get("digest") != c.digest or rec.get("removed_count") != c.removed:
+                    bad.append(
+                        f"{where}: the compaction attestation does not attest compaction.json"
+                    )
+        return node
+
+    def finish(self) -> list[str]:
+        """What only the whole bundle shows."""
+        out = []
+        if self.blocks:
+            out.append(
+                f"compaction.json: removes leaves from {self.blocks[-1][0]} on, beyond "
+                f"records.jsonl's {self.size}: records were cut"
+            )
+        if self.compacted is not None and not self.attested:
+            out.append("compaction.json: no compaction_attested record in records.jsonl binds it")
+        for i in sorted(self.redacted):
+            out.append(f"records.jsonl: leaf {i} is a redacted record that no redaction lists")
+        return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,13 +18,15 @@ leave a row archived twice, never zero times).
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ...errors import SagaUsageError, WALCorrupted, WALError
-from .. import records as r
-from ..compaction import DEFAULT_RETAIN_SECONDS, CompactionReport, _decide_items
-from ..reader import Damage, Decryptor
+from .._compaction_tree import attestation_record, compaction_records, frames, plan_runs
+from ..compaction import DEFAULT_RETAIN_SECONDS, CompactionReport, _decide_items, _dropped
+from ..format import encode_record
+from ..reader import Damage, Decryptor, Record
 from ._exclusive import db_now
 from ._rows import decode_row, read_log_row, scan_log
 from ._schema import sql
@@ -154,12 +156,7 @@ def _run(
             item = decode_row(int(seq), frame, decryptor, row, loc)
             if isinstance(item, Damage):
                 continue  # left in place, reported by pass 1; never counted as a record
-            data = item.data
-            saga = data.get("saga")
-            if data.get("type") == r.ESCALATION_RESOLVED:
-                esc = data.get("escalation")
-                saga = plan.esc_saga.get(esc) if isinstance(esc, str) else None
-            if isinstance(saga, str) and saga in plan.drop:
+            if _dropped(item.data, plan.drop, plan.esc_saga):
                 drop.append((int(seq), frame))
                 report.records_dropped += 1
             else:
@@ -171,10 +168,27 @@ def _run(
     if not drop:
         return
     seqs = [s for s, _ in drop]
+    tree_plan = plan_runs(
+        scan_log(lambda: conn, loc, 0, decryptor, row),
+        boundary,
+        lambda data: _dropped(data, plan.drop, plan.esc_saga),
+        loc.display,
+    )
+    by = f"compaction@{socket.gethostname()}:{os.getpid()}"
+    compaction, digest = frames(compaction_records(tree_plan, by=by, now=now))
     if archive not in (None, False, True):
         assert report.archive is not None
         _append_archive_file(report.archive, [f for _, f in drop])
     with conn.transaction():
+        # The append lock (the log row's): the tail is read, the rows deleted, the
+        # compaction record and its attestation written as one change (§12.7).
+        locked = read_log_row(conn, loc, lock=True)
+        if locked is None or locked.log_id != row.log_id:
+            raise WALError(f"{loc.display} was dropped during compaction", path=loc.display)
+        for item in scan_log(lambda: conn, loc, boundary, decryptor, locked):
+            if isinstance(item, Record):
+                tree_plan.tree.add(item)
+        attestation = encode_record(attestation_record(tree_plan, digest, by=by, now=now))
         for i in range(0, len(seqs), _CHUNK):
             chunk = seqs[i : i + _CHUNK]
             if archive is True:
@@ -191,7 +205,23 @@ def _run(
                 sql(loc, "DELETE FROM {s}.records WHERE log_id = %s AND seq = ANY(%s)"),
                 (row.log_id, chunk),
             )
+        seq = conn.execute(
+            sql(
+                loc,
+                "UPDATE {s}.logs SET header = %s, next_seq = next_seq + 1 WHERE log_id = %s "
+                "RETURNING next_seq - 1",
+            ),
+            (locked.header + compaction, row.log_id),
+        ).fetchone()[0]
+        conn.execute(
+            sql(
+                loc, "INSERT INTO {s}.records (log_id, seq, saga, frame) VALUES (%s, %s, NULL, %s)"
+            ),
+            (row.log_id, seq, attestation),
+        )
     report.replaced = True
+    report.generation = tree_plan.generation
+    report.tree_bytes = len(compaction) + len(attestation)
 
 
 def _append_archive_file(path: str, frames: list[bytes]) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from ...errors import WALAuthenticationFailed, WALKeyMissing
 from ..format import (
+    HEADER,
     HEADER_SIZE,
     KIND_PLAIN,
     check_header,
@@ -45,6 +46,9 @@ class LogRow:
         encrypted: The log's mode.
         key_id: Hex key id of an encrypted log.
         key_check: The key-check envelope of an encrypted log.
+        compaction: The frames of the log's ``compaction`` record (stored after the
+            header in the same column: they are read right after it, before any row;
+            ``docs/log-format.md`` §12.7).
     """
 
     log_id: str
@@ -52,6 +56,7 @@ class LogRow:
     encrypted: bool
     key_id: str | None
     key_check: bytes | None
+    compaction: bytes = b""
 
     def mode(self) -> LogMode:
         """The log's encryption mode, for the mode rule (``tail.check_mode``)."""
@@ -76,7 +81,24 @@ def read_log_row(conn: Any, loc: PgLocation, *, lock: bool = False) -> LogRow | 
             check = base64.b64decode(row[4], validate=True)
         except (binascii.Error, ValueError):
             check = None
-    return LogRow(str(row[0]), bytes(row[1]), bool(row[2]), row[3], check)
+    raw = bytes(row[1])
+    end = HEADER_SIZE + int.from_bytes(raw[4:8], "little") if len(raw) >= HEADER_SIZE else 0
+    return LogRow(str(row[0]), raw[:end], bool(row[2]), row[3], check, raw[end:])
+
+
+def _compaction_frames(row: LogRow) -> Iterator[Record | Damage]:
+    """The ``compaction`` record's frames stored after the header (cursor 0, like it)."""
+    raw, pos = row.compaction, 0
+    while pos + HEADER_SIZE <= len(raw):
+        _, _, kind, length, crc = HEADER.unpack_from(raw, pos)
+        payload = raw[pos + HEADER_SIZE : pos + HEADER_SIZE + length]
+        ok = len(payload) == length and frame_crc_ok(kind, length, crc, payload)
+        data = decode_payload(payload) if ok and kind == KIND_PLAIN else None
+        if not isinstance(data, dict):
+            yield Damage(0, 1, "corrupt", "a compaction frame in the log row is corrupt")
+            return
+        yield Record(0, 1, data, KIND_PLAIN, payload)
+        pos += HEADER_SIZE + length
 
 
 def _decryptor_for(row: LogRow, decryptor: Decryptor | None, loc: PgLocation) -> Decryptor | None:
@@ -185,6 +207,7 @@ def scan_log(
         header = decode_payload(row.header[HEADER_SIZE:])
         if isinstance(header, dict):
             yield Record(0, 1, header, KIND_PLAIN, row.header[HEADER_SIZE:])
+        yield from _compaction_frames(row)
     pos = max(start, 1)
     q = sql(
         loc,

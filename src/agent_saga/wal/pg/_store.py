@@ -8,6 +8,7 @@ pages of a scan. ``docs/log-format.md`` §11.3 and ``docs/postgres.md`` describe
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 import weakref
@@ -178,20 +179,31 @@ class PgStore:
         return self._call("cannot read the PostgreSQL log", run)
 
     def identity(self) -> Hashable | None:
-        """The log's id: changes only when the log is dropped and created again."""
+        """The log and its compaction: changes when the log is dropped and created
+        again, and when it is compacted (a reader then reads it again from the start:
+        the ``compaction`` record says where removed rows were; log-format §12.7)."""
 
         def run(conn: Any) -> Hashable | None:
             if schema_version(conn, self.loc) != SCHEMA_VERSION:
                 return None
             row = read_log_row(conn, self.loc)
-            return None if row is None else row.log_id
+            if row is None:
+                return None
+            return (row.log_id, hashlib.sha256(row.compaction).hexdigest())
 
         return self._call("cannot read the PostgreSQL log", run)
 
     def leases(self) -> PgLeaseTable:
         """The lease table (read-only: revoke inside ``writer().exclusive()``)."""
-        log_id = self.identity()
-        return PgLeaseTable(self._conn, self.loc, str(log_id or ""))
+
+        def run(conn: Any) -> str:
+            if schema_version(conn, self.loc) != SCHEMA_VERSION:
+                return ""
+            row = read_log_row(conn, self.loc)
+            return "" if row is None else row.log_id
+
+        log_id = self._call("cannot read the PostgreSQL log", run)
+        return PgLeaseTable(self._conn, self.loc, log_id)
 
     def now(self) -> float:
         """The database's clock, in epoch seconds: leases and claims are judged by it."""
@@ -222,7 +234,7 @@ class PgStore:
                 ),
                 (row.log_id,),
             ).fetchone()
-            report.size = int(size[0]) + len(row.header)
+            report.size = int(size[0]) + len(row.header) + len(row.compaction)
         except self._pg.Error as exc:
             raise self.loc.error(exc, "cannot read the PostgreSQL log") from None
         for item in self.scan(decryptor=decryptor):

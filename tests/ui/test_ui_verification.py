@@ -232,3 +232,48 @@ def test_the_page_shows_the_badges_the_finding_and_the_checkpoint(
     assert page.is_disabled("#undo-confirm")
     assert page.is_disabled("#undo-go")
     assert tab.errors == []
+
+
+def test_a_redacted_saga_leaves_the_debugger_whether_it_was_read_before_or_after(
+    tmp_path: Path,
+) -> None:
+    from agent_saga.ui._index import WalIndex
+    from agent_saga.wal.redaction import redact_saga
+
+    wal = tmp_path / "erase.wal"
+    w = open_store(str(wal)).writer()
+    for sid in ("keep", "erase"):
+        w.append({"type": R.SAGA_BEGIN, "saga": sid, "name": sid, "owner": w.owner, "ts": 1.0})
+        w.append(
+            {
+                "type": R.ESCALATED,
+                "saga": sid,
+                "step": None,
+                "escalation": f"e-{sid}",
+                "reason": "r",
+                "by": "d",
+                "ts": 2.0,
+            }
+        )
+        w.append(
+            {
+                "type": R.ESCALATION_RESOLVED,
+                "escalation": f"e-{sid}",
+                "note": "n",
+                "by": "p",
+                "ts": 3.0,
+            }
+        )
+        w.append({"type": R.SAGA_END, "saga": sid, "outcome": "escalated", "by": "d", "ts": 4.0})
+    w.close()
+    before = WalIndex(str(wal))
+    before.refresh()
+    assert {s.saga_id for s in before.newest_first()} == {"keep", "erase"}
+    redact_saga(str(wal), "erase", reason="erasure request", by="alice")
+    before.refresh()  # reads the redaction: forgets what it showed
+    after = WalIndex(str(wal))
+    after.refresh()  # meets only redacted frames, then the redaction
+    for index in (before, after):
+        assert [s.saga_id for s in index.newest_first()] == ["keep"]
+        assert index.detail("erase") is None
+        assert index.detail("keep") is not None

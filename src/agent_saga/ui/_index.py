@@ -297,10 +297,25 @@ class WalIndex:
         if len(self._damages) < MAX_DAMAGES:
             self._damages.append(d)
 
+    def _forget(self, saga_id: object) -> None:
+        """Drop a redacted saga's summary (``wal redact``: its records are erased)."""
+        s = self._sagas.pop(saga_id, None) if isinstance(saga_id, str) else None
+        if s is None:
+            return
+        i = bisect_left(self._firsts, s.first_offset)
+        if i < len(self._order) and self._order[i] == s.saga_id:
+            del self._order[i], self._firsts[i]
+        self.stats.generation += 1
+
     def _apply(self, item: Record) -> None:
         data, off = item.data, item.offset
         self._offset = item.end
         if data.get("type") in R.META_TYPES:  # about the file (header, tail repair)
+            if data.get("type") == R.REDACTION:
+                self._forget(data.get("saga"))  # erased: shown nowhere (wal verify says so)
+            self._fold.apply(data, off)
+            return
+        if data.get("type") == R.REDACTED:  # an erased record: nothing to show
             self._fold.apply(data, off)
             return
         self.stats.records += 1
@@ -312,9 +327,9 @@ class WalIndex:
         ts = data.get("ts")
         ts = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
         if rtype == R.ESCALATION_RESOLVED:
-            owner_saga = self._esc_saga.get(str(data.get("escalation")))
-            if owner_saga is not None:
-                self._touch(self._sagas[owner_saga], off, ts)
+            owner = self._sagas.get(self._esc_saga.get(str(data.get("escalation"))) or "")
+            if owner is not None:  # (a redacted saga's is gone)
+                self._touch(owner, off, ts)
             self._fold.apply(data, off)
             return
         if not isinstance(saga_id, str):

@@ -303,6 +303,7 @@ COMMANDS: dict[str, list[str]] = {
     "escalations --json": ["agent-saga", "escalations", "--json"],
     "approvals --json": ["agent-saga", "approvals", "--json"],
     "limits --json": ["agent-saga", "limits", "--json"],
+    "wal verify": ["agent-saga", "wal", "verify"],
 }
 
 

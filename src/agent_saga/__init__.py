@@ -17,6 +17,7 @@ from ._runtime import current_saga
 from ._saga_context import SagaContext, saga
 from ._tool_decorator import tool
 from ._types import ActionSemantics, Compensation, Deferred, Resolution, RetryPolicy
+from ._undo_gate import govern_undo
 from ._undo_saga import UndoPlan, undo_saga
 from .approvals import ApprovalQueue
 from .errors import (
@@ -94,6 +95,7 @@ __all__ = [
     "assert_no_secrets",
     "current_saga",
     "deny_all",
+    "govern_undo",
     "register_handler",
     "saga",
     "tool",

@@ -79,7 +79,7 @@ def cmd_undo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.reason is None or not args.reason.strip():
         raise SagaUsageError("undo needs --reason TEXT saying why (it is recorded)")
     store = open_wal(args)
-    if args.imports and not args.dry_run:
+    if args.imports:  # handlers, and the undo's gate (govern_undo): a dry run says it
         from .recovery.cli import _import_modules
 
         problem = _import_modules(args.imports)
@@ -120,12 +120,16 @@ def cmd_undo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not plan.dry_run and s.step is not None and s.step in plan.results:
             line += f"  -> {plan.results[s.step]}"
         out.write(line + "\n")
+        if s.check is not None and s.action != "cannot_undo":
+            out.write(f"             checks first: {s.check}\n")
     out.write(f"plan sha256 {plan.digest}\n")
     if plan.tampered is not None:
         out.write(
             f"refused: the log fails verification where this saga's records are "
             f"({plan.tampered}); an undo is refused: check it with `agent-saga wal verify`\n"
         )
+    if plan.gate is not None:
+        out.write(f"gate: {plan.gate}\n")
     if plan.dry_run:
         out.write("dry run: nothing was written and nothing called\n")
     elif plan.outcome is None:

@@ -23,6 +23,7 @@ __all__ = [
     "RESOLVE",
     "PlannedStep",
     "UndoPlan",
+    "guard_of",
     "plan_digest",
     "plan_undo",
 ]
@@ -45,6 +46,8 @@ class PlannedStep:
             (credentials as ``{"$credential_ref": ...}`` references).
         token: The undo token passed to the handler as its idempotency key.
         why: Why it cannot be undone (``cannot_undo`` only); it is escalated so.
+        check: What the connector's handler checks at the service before it acts
+            (:func:`guard_of`; None for a handler of the application's own).
     """
 
     step: int | None
@@ -55,6 +58,7 @@ class PlannedStep:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     token: str | None = None
     why: str | None = None
+    check: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The step as JSON (what ``--dry-run --json`` prints)."""
@@ -67,6 +71,7 @@ class PlannedStep:
             "kwargs": dict(self.kwargs),
             "token": self.token,
             "why": self.why,
+            "check": self.check,
         }
 
 
@@ -85,6 +90,8 @@ class UndoPlan:
         outcome: None for a dry run; ``"undone"`` or ``"escalated"``.
         results: Step number -> ``compensated`` / ``no_effect`` / ``escalated`` /
             ``done before`` (a step an earlier, interrupted run of this undo finished).
+        gate: A dry run's word on the gate: refused by a policy (who, why), or an
+            approver to be asked (None: nothing judges this undo but the halt).
         tampered: Why the saga's records fail verification against the log's
             checkpoints (``docs/audit.md``), or None; a dry run says it, an undo is
             refused.
@@ -102,6 +109,7 @@ class UndoPlan:
     outcome: str | None = None
     results: dict[int, str] = field(default_factory=dict)
     tampered: str | None = None
+    gate: str | None = None
 
     @property
     def durable_steps(self) -> list[int]:
@@ -123,6 +131,7 @@ class UndoPlan:
             "outcome": self.outcome,
             "results": {str(k): v for k, v in self.results.items()},
             "tampered": self.tampered,
+            "gate": self.gate,
         }
 
 
@@ -194,6 +203,7 @@ def plan_undo(
                 dict(s.compensation_kwargs or {}),
                 token,
                 why,
+                None if why else guard_of(s.handler, s.compensation_kwargs or {}),
             )
         )
     logged = set(view.steps)
@@ -210,6 +220,97 @@ def plan_undo(
                 )
             )
     return planned
+
+
+# ---- what each connector checks before it undoes -----------------------------------------
+
+_ELSE: Final = "; otherwise nothing is overwritten and the step is escalated with the difference"
+
+
+def _j(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _pg_guard(kw: Mapping[str, Any]) -> str:
+    row = f"{kw['schema']}.{kw['table']} row {_j(kw['key'])}"
+    if kw["op"] == "update":
+        return (
+            f"postgres.restore writes {_j(kw['before'])} back to {row} only if the row still "
+            f"holds {_j(kw['after'])} (what this step wrote); a row already as before counts "
+            "as done" + _ELSE
+        )
+    if kw["op"] == "insert":
+        return (
+            f"postgres.restore deletes {row} only if it still holds {_j(kw['after'])} (what "
+            "this step inserted); a row already gone counts as done" + _ELSE
+        )
+    return (
+        f"postgres.restore re-inserts {_j(kw['before'])} as {row} only while its key is "
+        "free; a row already back as before counts as done" + _ELSE
+    )
+
+
+def _files_guard(kw: Mapping[str, Any]) -> str:
+    parts = []
+    for t in kw["targets"]:
+        left = f"sha256 is still {t['expected']}" if t["expected"] else "is still missing"
+        back = f"sha256 {t['sha256']}" if t["existed"] else "no file"
+        parts.append(f"{t['path']} only if its {left} (what this step left; {back}: done)")
+    return (
+        "files.restore brings back "
+        + ", ".join(parts)
+        + "; every file is checked before any is touched"
+        + _ELSE
+    )
+
+
+def _stripe_guard(kw: Mapping[str, Any]) -> str:
+    what = f"charge {kw['charge']}" if kw.get("charge") else f"PaymentIntent {kw['payment_intent']}"
+    much = f"{kw['amount']} (minor units)" if kw.get("amount") is not None else "what is left"
+    return (
+        f"stripe.refund refunds {much} of {what} with the undo token as the refund's "
+        "idempotency key (once, however often it runs), unless Stripe answers "
+        "charge_already_refunded: a charge already refunded in full counts as done"
+    )
+
+
+def _salesforce_guard(kw: Mapping[str, Any]) -> str:
+    rec = f"{kw['sobject']} {kw['record_id']}"
+    if kw["op"] == "create":
+        return (
+            f"salesforce.restore deletes {rec} only if its LastModifiedDate is still "
+            f"{kw['last_modified']} (unmodified since this step created it); a record "
+            "already gone counts as done" + _ELSE
+        )
+    return (
+        f"salesforce.restore PATCHes {_j(kw['before'])} back to {rec} only if it still "
+        f"holds {_j(kw['after'])} with LastModifiedDate {kw['last_modified']} (sent as "
+        "If-Unmodified-Since too); a record already as before counts as done" + _ELSE
+    )
+
+
+_GUARDS: Final = {
+    "postgres.restore": _pg_guard,
+    "files.restore": _files_guard,
+    "stripe.refund": _stripe_guard,
+    "salesforce.restore": _salesforce_guard,
+}
+
+
+def guard_of(handler: str | None, kwargs: Mapping[str, Any]) -> str | None:
+    """What a built-in connector's compensation checks at the service before it acts.
+
+    Read from the logged kwargs alone (a dry run imports no connector), in the terms of
+    the connectors' own guards (``connectors/*``): the state the step left, or a refund
+    already made. None for any other handler, or kwargs not of the connector's shape.
+    """
+    describe = _GUARDS.get(handler or "")
+    if describe is None:
+        return None
+    try:
+        return describe(kwargs)
+    except (KeyError, TypeError, AttributeError):
+        return None
 
 
 def plan_digest(saga_id: str, undo: str, from_step: int | None, steps: list[PlannedStep]) -> str:

@@ -24,13 +24,22 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _crash, _observe
 from ._runtime import drive_sync
 from ._types import Compensation, RetryPolicy
 from ._undo import StepFacts, Target, escalate, undo_durable_step
+from ._undo_gate import (
+    UndoGate,
+    approval_fields,
+    ask_approver,
+    check_policies,
+    gate_record,
+    refused,
+    undo_gate,
+)
 from ._undo_plan import (
     CANNOT_UNDO,
     PlannedStep,
@@ -40,7 +49,7 @@ from ._undo_plan import (
     plan_undo,
 )
 from .errors import SagaUsageError, UndoPlanChanged
-from .gate import current_user
+from .gate import Approver, Decision, Policy, current_user
 from .secrets import redact
 from .wal import records as R
 from .wal.halts import halts_in_force
@@ -61,7 +70,7 @@ __all__ = [
 ]
 
 
-UNDO_TOOL: Final = "agent_saga.undo"
+UNDO_TOOL: Final = R.UNDO_TOOL
 """The tool name an undo is judged as (a halt ``--tool agent_saga.undo`` stops undos only)."""
 
 _DEFAULT_RETRY: Final = RetryPolicy(attempts=3, initial_delay=0.2)
@@ -442,6 +451,7 @@ def _request_and_run(
     retry: RetryPolicy | None,
     encryptor: Any,
     expect_plan: str | None = None,
+    approval: Mapping[str, Any] | None = None,
 ) -> tuple[str | None, dict[int, str]]:
     """Write ``undo_requested`` and a claim under the append lock, then undo."""
     saga_id, undo = plan.saga_id, plan.undo
@@ -480,6 +490,8 @@ def _request_and_run(
             }
             if trace is not None:
                 requested["trace"] = trace
+            if approval:
+                requested.update(approval)
             records.append(requested)
             steps_of_claim = plan.durable_steps
         else:  # the same undo, asked again after its undoer died: take it over
@@ -497,6 +509,32 @@ def _request_and_run(
     return outcome, results
 
 
+def _gate_text(gate: UndoGate, refusal: Decision | None) -> str | None:
+    """What a dry run says about the gate."""
+    if refusal is not None:
+        return f"refused by {refusal.decided_by}: {refusal.reason}"
+    if gate.approver is not None:
+        name = getattr(gate.approver, "name", None) or getattr(
+            gate.approver, "__name__", type(gate.approver).__name__
+        )
+        return f"the approver ({name}) is asked before anything is done"
+    return None
+
+
+def _judge(
+    store: LogStore, plan: UndoPlan, gate: UndoGate, refusal: Decision | None, encryptor: Any
+) -> Mapping[str, Any] | None:
+    """Refuse (recorded) or approve an undo; what ``undo_requested`` records of it."""
+    decision = refusal if refusal is not None else ask_approver(gate, plan)
+    if decision is None:
+        return None  # no approver, no objection: approved by the gate alone
+    writer = store.writer(encryptor=encryptor)
+    writer.append(gate_record(plan, decision, store.now()))
+    if not decision.approved:
+        raise refused(plan, decision)
+    return approval_fields(decision)
+
+
 # ---- the entry point -----------------------------------------------------------------
 
 
@@ -512,6 +550,8 @@ def undo_saga(
     compensation_retry: RetryPolicy | None = None,
     encryptor: Any = None,
     expect_plan: str | None = None,
+    policies: Iterable[Policy] | None = None,
+    approver: Approver | None = None,
 ) -> UndoPlan:
     """Undo a saga that already committed: compensate its steps newest first, exactly once.
 
@@ -533,6 +573,10 @@ def undo_saga(
         expect_plan: The digest of the plan the person confirmed (a dry run's
             ``digest``): the undo starts only if the plan is still that one, checked
             under the append lock with the ``undo_requested`` record's write.
+        policies / approver: What judges the undo (``_undo_gate.py``): policies over
+            the whole undo and each compensation, then the approver over the whole;
+            None for both: those set with :func:`~agent_saga.govern_undo`. A dry run
+            runs the policies and says whether an approver will be asked.
 
     Returns:
         The plan; after a real undo with its ``outcome`` and per-step ``results``.
@@ -543,11 +587,14 @@ def undo_saga(
             overlapping step already open or done (the message says whose), records
             that fail verification against the log's checkpoints (``docs/audit.md``).
         UndoPlanChanged: ``expect_plan`` is not the plan any more; nothing was written.
+        GateRefused: a policy or the approver refused the undo (a ``gate`` record says
+            who and why; nothing was compensated).
     """
     if not reason or not reason.strip():
         raise SagaUsageError("undo needs a --reason saying why (it is recorded)")
     if from_step is not None and (isinstance(from_step, bool) or not isinstance(from_step, int)):
         raise SagaUsageError(f"from_step must be a step number, not {from_step!r}")
+    gate = undo_gate(policies, approver)  # checked before anything is read
     from ._config import default_wal_path
 
     store = open_store(wal_path if wal_path is not None else default_wal_path())
@@ -588,13 +635,16 @@ def undo_saga(
     conflict = _conflict(view, undo, steps, store.now())
     if conflict is not None:
         raise SagaUsageError(conflict)
+    refusal = check_policies(gate, plan)
     if dry_run:
+        plan.gate = _gate_text(gate, refusal)
         return plan
     closed = past_window(view, store.now())
     if closed is not None:
         raise SagaUsageError(f"saga {saga_id} can no longer be undone: {closed}")
     _check_plan(plan.digest, expect_plan)
     _refuse_if_halted(store, view, encryptor)
+    approval = _judge(store, plan, gate, refusal, encryptor)
     plan.dry_run = False
     detail: dict[str, str | int] = {"undo": undo}
     if from_step is not None:
@@ -609,6 +659,7 @@ def undo_saga(
             compensation_retry,
             encryptor,
             expect_plan,
+            approval,
         )
     plan.outcome = outcome
     plan.results = results

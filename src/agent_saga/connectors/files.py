@@ -220,8 +220,14 @@ def restore(preimage: Mapping[str, Any], *, idempotency_key: str | None = None) 
     for t in targets:  # check all first: never restore half and then refuse
         current = _digest_of(t["path"])
         if current not in (t["sha256"], t["expected"]):
+            # The difference, for the person the step is escalated to: what the file
+            # is now against what this step left (and what it was before).
+            now = f"sha256 {current}" if current else "missing"
+            left = f"sha256 {t['expected']}" if t["expected"] else "no file"
+            was = f"sha256 {t['sha256']}" if t["existed"] else "no file"
             raise FileChangedConcurrently(
-                f"{t['path']} changed after this step; restore it by hand",
+                f"{t['path']} changed after this step: it is now {now}, this step left "
+                f"{left} (before it: {was}); restore it by hand",
                 path=t["path"],
                 saga_id=saga_id,
             )

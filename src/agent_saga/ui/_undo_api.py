@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .._undo_plan import CANNOT_UNDO, UndoPlan
-from ..errors import SagaUsageError, UndoPlanChanged
+from ..errors import GateRefused, SagaUsageError, UndoPlanChanged
 from ..secrets import redact
 from ._actions import note_and_by
 from ._api import ApiError, _bounded, _text
@@ -80,6 +80,7 @@ def plan_json(plan: UndoPlan) -> dict[str, Any]:
         "will_compensate": sum(1 for s in plan.steps if s.action != CANNOT_UNDO),
         "cannot_undo": sum(1 for s in plan.steps if s.action == CANNOT_UNDO),
         "tampered": _text(plan.tampered),
+        "gate": _text(plan.gate),
     }
 
 
@@ -186,6 +187,8 @@ def undo(
                 "nothing was undone; review the new plan",
                 {"plan": {**plan_json(current), "by": _text(by or default_by)}},
             ) from exc
+        except GateRefused as exc:  # a policy or the approver said no (recorded)
+            raise ApiError(403, str(exc)) from exc
         except SagaUsageError as exc:
             raise _refused(exc) from exc
     escalated = [n for n, r in done.results.items() if r.startswith("escalated")]

@@ -417,6 +417,11 @@ class FoldTransitions(ApprovalTransitions):
         transition (a step's undo record) applies to ``held`` as well.
         """
         rtype = rec["type"]
+        if rtype == r.GATE and rec["tool"] == r.UNDO_TOOL:  # the gate's word on an undo
+            if held is not None:
+                what = f"undo {rec['decision']}: {rec['reason']}"
+                held.history.append(HistoryEvent("undo_gated", rec["decided_by"], when(ts), what))
+            return True
         if rtype == r.UNDO_REQUESTED:
             u = self._undos.get((saga_id, rec["undo"]))
             if u is None and (held is None or all(x.undo != rec["undo"] for x in held.undos)):

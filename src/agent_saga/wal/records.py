@@ -99,6 +99,7 @@ __all__ = [
     "TERMINAL_OUTCOMES",
     "UNDONE",
     "UNDO_REQUESTED",
+    "UNDO_TOOL",
     "approval_id",
     "args_digest",
     "call_digest",
@@ -140,6 +141,10 @@ COMPACTION: Final = "compaction"
 COMPACTION_ATTESTED: Final = "compaction_attested"
 REDACTED: Final = "redacted"
 REDACTION: Final = "redaction"
+
+#: The tool an undo after commit is judged as: by a halt (``--tool agent_saga.undo``
+#: stops undos only) and by the gate (a ``gate`` record of step 0, §12.5).
+UNDO_TOOL: Final = "agent_saga.undo"
 
 RECORD_TYPES: Final = frozenset(
     {

@@ -124,6 +124,8 @@ HISTORY_EVENTS: Final[Mapping[str, str]] = MappingProxyType(
         "resolved": "an escalation was closed: by a person, or by the daemon after a retry",
         "undo_requested": "a person asked to undo the committed saga (who, why, which steps)",
         "undone": "an undo after commit ended (undone, or escalated)",
+        "undo_gated": "the gate decided about an undo: a policy or an approver refused it, "
+        "or an approver approved it (who, why)",
         "deferred": "a defer=True call was gated and recorded; it runs once the saga commits",
         "deferred_done": "a deferred call ran after the commit (done), or was escalated",
     }

@@ -17,7 +17,7 @@ const HISTORY = {
   started: "started", claimed: "taken over", escalated: "escalated", ended: "ended",
   retry_requested: "retry requested", compensated: "compensated",
   compensation_failed: "compensation failed", resolved: "resolved",
-  undo_requested: "undo requested", undone: "undone",
+  undo_requested: "undo requested", undone: "undone", undo_gated: "undo gated",
   deferred: "deferred", deferred_done: "deferred call run",
 };
 const POLL_MS = 1000;

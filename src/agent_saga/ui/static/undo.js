@@ -72,6 +72,7 @@ function showPlan(plan, ui, notice) {
   if (plan.tampered) sure.disabled = true;  // the server refuses it: no confirmation
   card(ui, "Undo this run",
     notice ? h("div", { id: "undo-notice", class: "note warn", text: notice }) : null,
+    plan.gate ? h("div", { id: "undo-gate", class: "note", text: `Gate: ${plan.gate}` }) : null,
     plan.tampered ? h("div", { id: "undo-tampered", class: "note warn", text: `This run cannot be undone: the log fails verification where its records are (${plan.tampered}). Check the log with agent-saga wal verify.` }) : null,
     h("p", null, "Undo ", h("b", { text: plan.name || "(unnamed saga)" }), " ", h("span", { class: "mono muted", text: plan.saga }),
       `: ${what}, newest first, exactly once, as \u201cagent-saga undo\u201d does. The compensation handlers run in this server's process.`),

@@ -14,13 +14,20 @@ is re-run only when the tool is idempotent, else escalated (``docs/undo.md``).
 
 :func:`defer_protocol` is the call; :func:`run_deferred` runs one step after the
 commit (shared by the committing process and the daemon, so both write the same
-records); :func:`deferred_tool` finds a deferred tool by name for the daemon.
+records); :func:`deferred_tool` finds a deferred tool by name for the daemon;
+:func:`binding_deferred` lets a wrapper (a framework adapter, the MCP proxy) give the
+function a deferred call will run what only the call site had (the framework's own
+call, the MCP request): it runs after the commit, outside that call.
+:func:`scheduled_message` is what a model is told of a deferred call (the adapters'
+and the MCP proxy's one wording).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,11 +44,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PendingDeferred",
+    "binding_deferred",
     "defer_protocol",
     "deferred_tool",
     "register_deferred",
     "run_deferred",
     "run_pending",
+    "scheduled_message",
 ]
 
 _TOOLS: dict[str, tuple[ToolSpec, Callable[..., Any]]] = {}
@@ -57,6 +66,41 @@ def register_deferred(spec: ToolSpec, fn: Callable[..., Any]) -> None:
             "recovery daemon runs a deferred step by its tool's name)"
         )
     _TOOLS[spec.name] = (spec, fn)
+
+
+Binder = Callable[[Callable[..., Any]], Callable[..., Any]]
+_BIND: ContextVar[Binder | None] = ContextVar("agent_saga_deferred_bind", default=None)
+
+
+@contextlib.contextmanager
+def binding_deferred(bind: Binder) -> Iterator[None]:
+    """While inside: a deferred call made here runs ``bind(fn)`` after the commit, not ``fn``.
+
+    ``fn`` is the tool's function; ``bind`` returns a function of the same arguments
+    (sync or async as ``fn`` is) that calls it with what it needs from the call site.
+    """
+    token = _BIND.set(bind)
+    try:
+        yield
+    finally:
+        _BIND.reset(token)
+
+
+def scheduled_message(tool_name: str, step_id: str) -> str:
+    """What a model is told when it called a deferred tool: scheduled, not done.
+
+    The one wording of every framework adapter (``adapters/_common.py``) and of the
+    MCP proxy (``docs/adapters.md``, ``docs/mcp.md``).
+
+    Args:
+        tool_name: The tool as the model knows it.
+        step_id: The deferred step's id (``<saga>:<step>``).
+    """
+    return (
+        f"scheduled: {tool_name} will run once this run completes successfully "
+        f"(deferred step {step_id}); it has not happened yet, and it never happens if "
+        "the run fails. Do not call it again to make it happen."
+    )
 
 
 def deferred_tool(name: str) -> tuple[ToolSpec, Callable[..., Any]] | None:
@@ -119,11 +163,12 @@ def defer_protocol(
         if step.obs is not None:
             step.obs.finish(exc)
         raise
+    bind = _BIND.get()
     run.deferred.append(
         PendingDeferred(
             step.id,
             spec,
-            fn,
+            fn if bind is None else bind(fn),
             tuple(args),
             dict(kwargs),
             step.kwargs,

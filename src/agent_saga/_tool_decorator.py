@@ -30,7 +30,7 @@ from ._types import ActionSemantics, RetryPolicy
 from .errors import NoActiveSaga, SagaUsageError
 from .secrets import find_secrets
 
-__all__ = ["tool"]
+__all__ = ["local_tool", "tool"]
 
 
 P = ParamSpec("P")
@@ -473,35 +473,62 @@ def tool(
         SagaUsageError: the declaration is inconsistent.
     """
 
-    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-        if not callable(f):
-            raise SagaUsageError("@tool decorates a function")
-        if inspect.isasyncgenfunction(f) or inspect.isgeneratorfunction(f):
-            raise SagaUsageError("@tool cannot wrap a generator function")
-        spec = _make_spec(
-            f,
-            semantics=semantics,
-            compensate=compensate,
-            name=name,
-            snapshot=snapshot,
-            capture=capture,
-            resolver=resolver,
-            handler=handler,
-            no_effect_on=no_effect_on,
-            retry=retry,
-            retry_on=retry_on,
-            idempotent=idempotent,
-            trace_args=trace_args,
-            secret_args=secret_args,
-            policies=policies,
-            defer=defer,
-        )
-        if spec.defer:
-            from ._deferred import register_deferred
-
-            register_deferred(spec, f)
-        return _wrap(f, spec)
-
+    options: dict[str, Any] = {
+        "semantics": semantics,
+        "compensate": compensate,
+        "name": name,
+        "snapshot": snapshot,
+        "capture": capture,
+        "resolver": resolver,
+        "handler": handler,
+        "no_effect_on": no_effect_on,
+        "retry": retry,
+        "retry_on": retry_on,
+        "idempotent": idempotent,
+        "trace_args": trace_args,
+        "secret_args": secret_args,
+        "policies": policies,
+        "defer": defer,
+    }
     if fn is not None:
-        return decorate(fn)
-    return decorate
+        return _declare(fn, options, register=True)
+    return functools.partial(_declare, options=options, register=True)
+
+
+def _declare(f: Callable[..., Any], options: dict[str, Any], *, register: bool) -> Any:
+    """Check ``f`` and its declaration, and wrap it (``register``: deferred, for the daemon)."""
+    if not callable(f):
+        raise SagaUsageError("@tool decorates a function")
+    if inspect.isasyncgenfunction(f) or inspect.isgeneratorfunction(f):
+        raise SagaUsageError("@tool cannot wrap a generator function")
+    spec = _make_spec(f, **options)
+    if spec.defer and register:
+        from ._deferred import register_deferred
+
+        register_deferred(spec, f)
+    return _wrap(f, spec)
+
+
+def local_tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``tool(**options)`` for a wrapper only this process can call.
+
+    The framework adapters and the MCP proxy wrap a call that cannot be rebuilt in
+    another process (a framework's own tool call, a request to the MCP server this
+    proxy runs). Such a tool declared ``defer=True`` is not registered for
+    ``saga-recoveryd``: if this process dies after the commit before running the
+    step, the daemon finds no tool of that name and escalates the step rather than
+    guess. Two such wrappers may share a name.
+    """
+    unknown = sorted(set(options) - set(_TOOL_DEFAULTS))
+    if unknown:
+        raise SagaUsageError(f"unexpected tool option(s): {', '.join(unknown)}")
+    declared = {**_TOOL_DEFAULTS, **options}
+    return functools.partial(_declare, options=declared, register=False)
+
+
+#: ``tool``'s keyword options and their defaults (what :func:`local_tool` takes).
+_TOOL_DEFAULTS: dict[str, Any] = {
+    p.name: p.default
+    for p in inspect.signature(tool).parameters.values()
+    if p.kind is p.KEYWORD_ONLY
+}

@@ -27,6 +27,7 @@ halt).
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,12 +37,14 @@ from ._runtime import _call_blocking
 from ._types import ActionSemantics
 from .errors import GateRefused, SagaUsageError
 from .gate import ApprovalRequest, Approver, Decision, Policy, as_decision, run_policies
+from .wal.halts import halts_in_force
 from .wal.records import UNDO_TOOL
 
 if TYPE_CHECKING:
     from ._undo_plan import UndoPlan
+    from .wal.store import LogStore
 
-__all__ = ["UndoGate", "govern_undo", "undo_gate"]
+__all__ = ["UndoGate", "gate_text", "govern_undo", "judge", "refuse_if_halted", "undo_gate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,3 +216,46 @@ def approval_fields(decision: Decision) -> Mapping[str, Any]:
     if decision.approval is not None:
         out["approval"] = dict(decision.approval)
     return out
+
+
+def gate_text(gate: UndoGate, refusal: Decision | None) -> str | None:
+    """What a dry run says about the gate (``UndoPlan.gate``)."""
+    if refusal is not None:
+        return f"refused by {refusal.decided_by}: {refusal.reason}"
+    if gate.approver is not None:
+        name = getattr(gate.approver, "name", None) or getattr(
+            gate.approver, "__name__", type(gate.approver).__name__
+        )
+        return f"the approver ({name}) is asked before anything is done"
+    return None
+
+
+def judge(
+    store: LogStore, plan: UndoPlan, gate: UndoGate, refusal: Decision | None, encryptor: Any
+) -> Mapping[str, Any] | None:
+    """Refuse (recorded) or approve an undo; what ``undo_requested`` records of it.
+
+    Raises:
+        GateRefused: a policy or the approver refused (its ``gate`` record written).
+    """
+    decision = refusal if refusal is not None else ask_approver(gate, plan)
+    if decision is None:
+        return None  # no approver, no objection: approved by the gate alone
+    writer = store.writer(encryptor=encryptor)
+    writer.append(gate_record(plan, decision, store.now()))
+    if not decision.approved:
+        raise refused(plan, decision)
+    return approval_fields(decision)
+
+
+def refuse_if_halted(store: LogStore, saga_name: str | None, encryptor: Any) -> None:
+    """An undo moves money back: a halt that covers it refuses it (``docs/governance.md``)."""
+    if store.kind not in ("file", "postgresql"):
+        return  # the in-memory test log has no halts
+    host = socket.gethostname()
+    for h in halts_in_force(store, encryptor=encryptor):
+        if h.covers(tool=UNDO_TOOL, saga_name=saga_name, host=host):
+            raise SagaUsageError(
+                f"the log is halted for {h.describe()} by {h.by}: {h.reason}; an undo is a "
+                "side effect too. Lift it with `agent-saga resume --reason ...`, then undo"
+            )

@@ -22,7 +22,6 @@ no-op, and a step whose compensation is recorded is never run again.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -31,15 +30,7 @@ from . import _crash, _observe
 from ._runtime import drive_sync
 from ._types import Compensation, RetryPolicy
 from ._undo import StepFacts, Target, escalate, undo_durable_step
-from ._undo_gate import (
-    UndoGate,
-    approval_fields,
-    ask_approver,
-    check_policies,
-    gate_record,
-    refused,
-    undo_gate,
-)
+from ._undo_gate import check_policies, gate_text, judge, refuse_if_halted, undo_gate
 from ._undo_plan import (
     CANNOT_UNDO,
     PlannedStep,
@@ -49,10 +40,9 @@ from ._undo_plan import (
     plan_undo,
 )
 from .errors import SagaUsageError, UndoPlanChanged
-from .gate import Approver, Decision, Policy, current_user
+from .gate import Approver, Policy, current_user
 from .secrets import redact
 from .wal import records as R
-from .wal.halts import halts_in_force
 from .wal.state import SagaFold, SagaView, StepView, UndoView
 from .wal.store import LogStore, LogWriter, open_store
 
@@ -374,19 +364,6 @@ def _check_plan(digest: str, expected: str | None) -> None:
         )
 
 
-def _refuse_if_halted(store: LogStore, view: SagaView, encryptor: Any) -> None:
-    """An undo moves money back: a halt that covers it refuses it (``docs/governance.md``)."""
-    if store.kind not in ("file", "postgresql"):
-        return  # the in-memory test log has no halts
-    host = socket.gethostname()
-    for h in halts_in_force(store, encryptor=encryptor):
-        if h.covers(tool=UNDO_TOOL, saga_name=view.name, host=host):
-            raise SagaUsageError(
-                f"the log is halted for {h.describe()} by {h.by}: {h.reason}; an undo is a "
-                "side effect too. Lift it with `agent-saga resume --reason ...`, then undo"
-            )
-
-
 def _find(view: SagaView | None, undo: str) -> UndoView | None:
     if view is None:
         return None
@@ -509,32 +486,6 @@ def _request_and_run(
     return outcome, results
 
 
-def _gate_text(gate: UndoGate, refusal: Decision | None) -> str | None:
-    """What a dry run says about the gate."""
-    if refusal is not None:
-        return f"refused by {refusal.decided_by}: {refusal.reason}"
-    if gate.approver is not None:
-        name = getattr(gate.approver, "name", None) or getattr(
-            gate.approver, "__name__", type(gate.approver).__name__
-        )
-        return f"the approver ({name}) is asked before anything is done"
-    return None
-
-
-def _judge(
-    store: LogStore, plan: UndoPlan, gate: UndoGate, refusal: Decision | None, encryptor: Any
-) -> Mapping[str, Any] | None:
-    """Refuse (recorded) or approve an undo; what ``undo_requested`` records of it."""
-    decision = refusal if refusal is not None else ask_approver(gate, plan)
-    if decision is None:
-        return None  # no approver, no objection: approved by the gate alone
-    writer = store.writer(encryptor=encryptor)
-    writer.append(gate_record(plan, decision, store.now()))
-    if not decision.approved:
-        raise refused(plan, decision)
-    return approval_fields(decision)
-
-
 # ---- the entry point -----------------------------------------------------------------
 
 
@@ -637,14 +588,14 @@ def undo_saga(
         raise SagaUsageError(conflict)
     refusal = check_policies(gate, plan)
     if dry_run:
-        plan.gate = _gate_text(gate, refusal)
+        plan.gate = gate_text(gate, refusal)
         return plan
     closed = past_window(view, store.now())
     if closed is not None:
         raise SagaUsageError(f"saga {saga_id} can no longer be undone: {closed}")
     _check_plan(plan.digest, expect_plan)
-    _refuse_if_halted(store, view, encryptor)
-    approval = _judge(store, plan, gate, refusal, encryptor)
+    refuse_if_halted(store, view.name, encryptor)
+    approval = judge(store, plan, gate, refusal, encryptor)
     plan.dry_run = False
     detail: dict[str, str | int] = {"undo": undo}
     if from_step is not None:

@@ -1,8 +1,12 @@
-"""An agent process for the crash tests: ``adapter_child.py FRAMEWORK WAL``.
+"""An agent process for the crash tests: ``adapter_child.py FRAMEWORK WAL [deferred]``.
 
 It runs the framework's real agent loop (scripted model) with a wrapped COMPENSABLE
 ``charge`` tool, scripted to call it twice, and SIGKILLs itself right after the
 first call's COMMITTED record is durable (``arm_crash("step.after_commit")``).
+
+With ``deferred``: a ``send_email`` wrapped ``defer=True`` (approved by an allow-list)
+is called once, the run succeeds, and the process SIGKILLs itself right after the
+saga's commit, before the deferred call ran (``arm_crash("deferred.after_commit")``).
 """
 
 from __future__ import annotations
@@ -13,11 +17,22 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from adapter_handlers import COMPENSABLE, charge, compensate_charge
+from adapter_handlers import COMPENSABLE, IRREVERSIBLE, charge, compensate_charge, send_email
 from drivers import driver
 from scripted import Call
 
+from agent_saga import AllowList
+from agent_saga._crash import arm
 from agent_saga.testing import arm_crash
+
+
+async def deferred(framework: str, wal: str) -> None:
+    fw = driver(framework)
+    tool = fw.wrap(fw.native(send_email), semantics=IRREVERSIBLE, defer=True)
+    target = fw.target([tool], [[Call("send_email", {"to": "ann@example.com"})], "done"])
+    arm("deferred.after_commit")  # testing.arm_crash does not list this point
+    await fw.run(target, wal_path=wal, lease_seconds=0.3, approver=AllowList({"send_email"}))
+    print("not killed", flush=True)
 
 
 async def main(framework: str, wal: str) -> None:
@@ -39,5 +54,12 @@ async def main(framework: str, wal: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    if sys.argv[1] == "openai-agents":
+        import agents
+
+        agents.set_tracing_disabled(True)
+    if sys.argv[3:] == ["deferred"]:
+        asyncio.run(deferred(sys.argv[1], sys.argv[2]))
+    else:
+        asyncio.run(main(sys.argv[1], sys.argv[2]))
     raise SystemExit(3)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "SCRIPTS",
     "Call",
     "Script",
     "ScriptExhausted",
@@ -42,14 +43,25 @@ class Call:
 _ids = itertools.count(1)
 
 
+#: Every script made in this process, newest last (a test reads what its model saw).
+SCRIPTS: list[Script] = []
+
+
 class Script:
-    """The turns of one model, consumed in order; ``calls`` counts model calls."""
+    """The turns of one model, consumed in order; ``calls`` counts model calls.
+
+    ``prompts`` holds, per model call, the text of what the framework sent the model
+    (the tool results it reports included).
+    """
 
     def __init__(self, turns: list[Any]) -> None:
         self.turns = list(turns)
         self.calls = 0
+        self.prompts: list[str] = []
+        SCRIPTS.append(self)
 
-    def next(self) -> Any:
+    def next(self, prompt: Any = None) -> Any:
+        self.prompts.append(str(prompt))
         if self.calls >= len(self.turns):
             raise ScriptExhausted(
                 f"the model was called {self.calls + 1} times; script: {self.turns}"
@@ -89,7 +101,7 @@ def langgraph_model(turns: list[Any]) -> Any:
         def _generate(
             self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
         ) -> Any:
-            turn = _LC_SCRIPTS[self.script_id].next()
+            turn = _LC_SCRIPTS[self.script_id].next([m.content for m in messages])
             if isinstance(turn, str):
                 msg = AIMessage(content=turn)
             else:
@@ -125,7 +137,7 @@ def openai_model(turns: list[Any]) -> Any:
 
     class ScriptedModel(Model):
         async def get_response(self, *args: Any, **kw: Any) -> Any:
-            turn = script.next()
+            turn = script.next((args, kw))
             if isinstance(turn, str):
                 output: list[Any] = [
                     ResponseOutputMessage(
@@ -187,7 +199,7 @@ def autogen_client(turns: list[Any]) -> Any:
 
     class ScriptedClient(ReplayChatCompletionClient):
         async def create(self, *args: Any, **kw: Any) -> Any:
-            script.next()  # raises the scripted exception, or counts the turn
+            script.next((args, kw))  # raises the scripted exception, or counts the turn
             return await super().create(*args, **kw)
 
     info = ModelInfo(
@@ -213,7 +225,7 @@ def llamaindex_llm(turns: list[Any]) -> Any:
     script = Script(turns)
 
     def respond(messages: Any, **kw: Any) -> Any:
-        turn = script.next()
+        turn = script.next(messages)
         if isinstance(turn, str):
             return ChatMessage(role=MessageRole.ASSISTANT, content=turn)
         return ChatMessage(
@@ -252,7 +264,7 @@ def crewai_llm(turns: list[Any]) -> Any:
             response_model: Any = None,
             **kw: Any,
         ) -> str:
-            turn = _CREW_SCRIPTS[self.model.split(":", 1)[1]].next()
+            turn = _CREW_SCRIPTS[self.model.split(":", 1)[1]].next(messages)
             if isinstance(turn, str):
                 return f"Thought: I now know the final answer\nFinal Answer: {turn}"
             (c,) = turn  # CrewAI's ReAct loop makes one call per turn

@@ -13,12 +13,19 @@ callbacks, cancellation tokens).
 Why the forward call travels in a context variable and not as an argument: the
 engine logs every argument of the function it calls, and the closure is not one
 the model gave.
+
+A tool wrapped with ``defer=True`` (IRREVERSIBLE) is gated and recorded when the
+model calls it, and the model is told, in :func:`scheduled_message`'s words (one
+wording, shared with the MCP proxy), that the action is scheduled and has not
+happened; the framework's own call is bound to the deferred step and made once the
+run's saga commits (never if it rolls back).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import hashlib
 import importlib
@@ -30,11 +37,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from .._deferred import binding_deferred, scheduled_message
 from .._observe import CALL_ID
 from .._runtime import current_saga
 from .._saga_context import saga
-from .._tool_decorator import tool
-from .._types import ActionSemantics
+from .._tool_decorator import local_tool, tool
+from .._types import ActionSemantics, Deferred
 from .._undo import jsonable
 from ..errors import GateRefused, MissingExtra, NoActiveSaga, SagaUsageError, install_hint
 from ..gate import ApprovalRequest
@@ -55,6 +63,7 @@ __all__ = [
     "require",
     "resolved",
     "run_as_saga",
+    "scheduled_message",
     "step_idempotency_key",
     "without_params",
 ]
@@ -242,6 +251,29 @@ def refusal_message(exc: GateRefused, semantics: ActionSemantics) -> str:
     )
 
 
+def _bind_forward(forward: Callable[[], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Bind the framework's call to a deferred step's shim, for the run after the commit."""
+
+    def bind(shim: Callable[..., Any]) -> Callable[..., Any]:
+        async def later_async(*args: Any, **kwargs: Any) -> Any:
+            token = _FORWARD.set(forward)
+            try:
+                return await shim(*args, **kwargs)
+            finally:
+                _FORWARD.reset(token)
+
+        def later(*args: Any, **kwargs: Any) -> Any:
+            token = _FORWARD.set(forward)
+            try:
+                return shim(*args, **kwargs)
+            finally:
+                _FORWARD.reset(token)
+
+        return later_async if inspect.iscoroutinefunction(shim) else later
+
+    return bind
+
+
 class SagaStep:
     """One framework tool's agent-saga step, reachable from sync and async call paths.
 
@@ -261,7 +293,17 @@ class SagaStep:
         SagaUsageError: an option ``@tool`` does not have, or an invalid declaration.
     """
 
-    __slots__ = ("_async", "_strip_key", "_sync", "framework", "name", "refusal", "semantics")
+    __slots__ = (
+        "_async",
+        "_strip_key",
+        "_sync",
+        "defer",
+        "framework",
+        "name",
+        "refusal",
+        "semantics",
+        "visible_name",
+    )
 
     def __init__(
         self,
@@ -281,7 +323,9 @@ class SagaStep:
                 f"@tool's options: semantics, compensate, {', '.join(sorted(TOOL_OPTIONS))}"
             )
         self.framework = framework
+        self.visible_name = name
         self.name = str(options.get("name") or name)
+        self.defer = options.get("defer") is True
         self.semantics = semantics
         self.refusal = refusal
         sig, self._strip_key = _with_key(signature)
@@ -309,8 +353,11 @@ class SagaStep:
         for shim in (forward_sync, forward_async):
             dress(shim, name=self.name, signature=sig, doc=doc)
         declared = {**options, "name": self.name}
-        self._sync = tool(semantics=semantics, compensate=compensate, **declared)(forward_sync)
-        self._async = tool(semantics=semantics, compensate=compensate, **declared)(forward_async)
+        # local_tool: a deferred call needs the framework's own call, which no other
+        # process (saga-recoveryd) can make; the two shims may share the name.
+        make = local_tool(semantics=semantics, compensate=compensate, **declared)
+        self._sync = make(forward_sync)
+        self._async = make(forward_async)
 
     def _forward(self) -> Callable[[], Any]:
         call = _FORWARD.get()
@@ -361,15 +408,22 @@ class SagaStep:
             raise self._no_saga()
         token = _FORWARD.set(forward)
         try:
-            if scope.is_async and _loop_running():
-                ctx = contextvars.copy_context()
-                with concurrent.futures.ThreadPoolExecutor(1, "agent-saga-step") as pool:
-                    return self._settle(
-                        lambda: pool.submit(ctx.run, self._sync, *args, **kwargs).result()
-                    )
-            return self._settle(lambda: self._sync(*args, **kwargs))
+            with self._deferring(forward):
+                if scope.is_async and _loop_running():
+                    ctx = contextvars.copy_context()
+                    with concurrent.futures.ThreadPoolExecutor(1, "agent-saga-step") as pool:
+                        return self._settle(
+                            lambda: pool.submit(ctx.run, self._sync, *args, **kwargs).result()
+                        )
+                return self._settle(lambda: self._sync(*args, **kwargs))
         finally:
             _FORWARD.reset(token)
+
+    def _deferring(self, forward: Callable[[], Any]) -> contextlib.AbstractContextManager[None]:
+        """A deferred step keeps ``forward`` for its run after the commit."""
+        if not self.defer:
+            return contextlib.nullcontext()
+        return binding_deferred(_bind_forward(forward))
 
     async def call_async(
         self,
@@ -400,7 +454,8 @@ class SagaStep:
             raise self._no_saga()
         token = _FORWARD.set(forward)
         try:
-            step = asyncio.ensure_future(self._settle_async(self._async(*args, **kwargs)))
+            with self._deferring(forward):
+                step = asyncio.ensure_future(self._settle_async(self._async(*args, **kwargs)))
         finally:
             _FORWARD.reset(token)
         try:
@@ -409,9 +464,15 @@ class SagaStep:
             await _let_land(step, scope.run.options.inflight_grace_seconds)
             raise
 
+    def _told(self, result: Any) -> Any:
+        """The result as the framework hands it to the model (a deferral: scheduled)."""
+        if isinstance(result, Deferred):
+            return scheduled_message(self.visible_name, result.id)
+        return result
+
     def _settle(self, run: Callable[[], Any]) -> Any:
         try:
-            return run()
+            return self._told(run())
         except GateRefused as exc:
             if self.refusal is None:
                 raise
@@ -422,7 +483,7 @@ class SagaStep:
 
     async def _settle_async(self, step: Awaitable[Any]) -> Any:
         try:
-            return await step
+            return self._told(await step)
         except GateRefused as exc:
             if self.refusal is None:
                 raise

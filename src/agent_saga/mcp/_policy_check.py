@@ -309,6 +309,7 @@ class _Checker:
                     "idempotency_key_argument",
                     "todo",
                     "notes",
+                    "defer",
                 }
             ),
         )
@@ -381,7 +382,23 @@ class _Checker:
             key_arg,
             todo,
             t.get("notes"),
+            self.defer(t, where, semantics),
         )
+
+    def defer(self, t: dict[str, Any], where: Key, semantics: ActionSemantics) -> bool:
+        """``defer = true``: only for an IRREVERSIBLE tool (the others run now)."""
+        if "defer" not in t:
+            return False
+        value = t["defer"]
+        if not isinstance(value, bool):
+            raise self.fail((*where, "defer"), f"must be true or false, got {_type(value)}")
+        if value and semantics is not ActionSemantics.IRREVERSIBLE:
+            raise self.fail(
+                (*where, "defer"),
+                f"defer = true is for irreversible tools (sent once the saga commits); "
+                f"a {semantics.value} tool runs now and is undone if the saga rolls back",
+            )
+        return value
 
     def compensate(self, value: Any, where: Key) -> CompensateSpec:
         t = self.table(

@@ -156,6 +156,10 @@ class ToolPolicy:
             deterministic idempotency key (unless the client sent it), or None.
         todo: A note left by ``--observe`` for a human (the proxy warns while it
             is there).
+        notes: Free-form notes (kept, never interpreted).
+        defer: IRREVERSIBLE only: a call is gated and recorded, the client is told it
+            is scheduled, and it is sent to the server only once the saga commits
+            (never if it rolls back) — ``@tool(defer=True)``.
     """
 
     name: str
@@ -168,6 +172,7 @@ class ToolPolicy:
     idempotency_key_argument: str | None = None
     todo: str | None = None
     notes: Any = None
+    defer: bool = False
 
 
 @dataclass(frozen=True, slots=True)

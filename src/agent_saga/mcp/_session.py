@@ -44,6 +44,8 @@ class SagaSummary:
             order they completed (a rollback undoes, and names, them newest first).
         escalations: Reasons of what was handed to a human.
         error: What went wrong, in words, when the rollback could not undo all.
+        deferred: ``(step, tool)`` of the deferred calls (``defer = true``): sent to
+            the server once the saga committed, never if it rolled back.
     """
 
     saga_id: str
@@ -51,6 +53,7 @@ class SagaSummary:
     steps: list[tuple[int, str]] = field(default_factory=list)
     escalations: list[str] = field(default_factory=list)
     error: str | None = None
+    deferred: list[tuple[int, str]] = field(default_factory=list)
 
     def text(self) -> str:
         """One paragraph for the model (or the log)."""
@@ -65,6 +68,15 @@ class SagaSummary:
             out = f"saga {self.saga_id} rolled back; undone newest first: {what}."
         else:
             out = f"saga {self.saga_id} {verb}; steps: {what}."
+        if self.deferred:
+            calls = ", ".join(f"{tool} (step {n})" for n, tool in self.deferred)
+            if self.outcome == "committed":
+                out += (
+                    f" Deferred calls sent to the server after the commit: {calls} (one that "
+                    "failed is escalated: `agent-saga escalations`)."
+                )
+            else:
+                out += f" Deferred calls never sent: {calls}."
         if self.escalations:
             out += " Escalated to a human (see `agent-saga escalations`): " + "; ".join(
                 self.escalations
@@ -156,6 +168,7 @@ class OpenSaga:
                 self._ready.set()
                 commit, reason = await self._decision
                 summary.steps = [(n, tool) for n, tool, _ in scope.steps()]
+                summary.deferred = [(p.step, p.spec.name) for p in scope.run.deferred]
                 if not commit:
                     raise _RollBack(reason)
             summary.outcome = "committed"

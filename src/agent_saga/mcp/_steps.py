@@ -20,6 +20,12 @@ What the forward function turns an answer into:
 The request the client sent is forwarded byte for byte, unless the policy asks for
 the step's idempotency key as an argument; it is then re-encoded with that one
 argument added.
+
+A tool declared ``defer = true`` (IRREVERSIBLE) is a ``defer=True`` tool: the call is
+gated and recorded when the client makes it, and answered "scheduled"
+(:func:`scheduled_answer`); :meth:`ToolRunner.deferred_binding` keeps the request so
+that, once the saga commits, the same forward function sends it to the server under
+an id of the proxy's own (the client already has its answer).
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import tool as saga_tool
-from .._types import ActionSemantics, Compensation
+from .._deferred import Binder, scheduled_message
+from .._tool_decorator import local_tool
+from .._types import ActionSemantics, Compensation, Deferred
 from . import _jsonrpc as J
 from ._inflight import Flight, process_identity, track, untrack
-from ._upstream import Upstream
+from ._upstream import Upstream, own_id
 from .errors import (
     McpNoEffect,
     McpRequestFailed,
@@ -48,7 +56,7 @@ from .handlers import CALL_HANDLER, RESOLVER, compensation
 from .paths import PathError
 from .policy import NoEffectRule, Policy, ToolPolicy
 
-__all__ = ["CallContext", "Forwarded", "ToolRunner", "current_call"]
+__all__ = ["CallContext", "Forwarded", "ToolRunner", "current_call", "scheduled_answer"]
 
 
 @dataclass(slots=True, eq=False)
@@ -125,9 +133,44 @@ class ToolRunner:
             self._tools[name] = made
         return made
 
+    def is_deferred(self, name: str) -> bool:
+        """Whether the policy declares ``name`` ``defer = true``."""
+        declared = self.policy.tools.get(name)
+        return declared is not None and declared.defer
+
+    def deferred_binding(self, call: CallContext) -> Binder:
+        """Bind ``call`` to its deferred step: sent after the commit, under the proxy's own id.
+
+        The client got its answer ("scheduled") long before; the server's answer to
+        the deferred request is the proxy's (it settles the step), never relayed.
+        """
+
+        def bind(forward: Callable[..., Any]) -> Callable[..., Any]:
+            async def later(*args: Any, **kwargs: Any) -> Any:
+                rid = own_id()
+                msg = {**call.msg, "id": rid}
+                deferred = CallContext(rid, msg, J.encode(msg), call.name, call.arguments)
+                token = _call.set(deferred)
+                try:
+                    return await forward(*args, **kwargs)
+                finally:
+                    _call.reset(token)
+
+            return later
+
+        return bind
+
     def _make(self, tp: ToolPolicy) -> Callable[..., Any]:
         timeout = tp.timeout_seconds or self.policy.saga.timeout_seconds
         forward = self._forward_fn(tp, timeout)
+        if tp.defer:
+            # local_tool: only this proxy, which runs the server, can send it.
+            return local_tool(
+                semantics=ActionSemantics.IRREVERSIBLE,
+                name=tp.name,
+                no_effect_on=(McpNoEffect,),
+                defer=True,
+            )(forward)
         if tp.semantics is not ActionSemantics.COMPENSABLE:
             return saga_tool(semantics=tp.semantics, name=tp.name, no_effect_on=(McpNoEffect,))(
                 forward
@@ -239,6 +282,23 @@ class ToolRunner:
 
         forward.__name__ = forward.__qualname__ = f"forward_{tp.name}"
         return forward
+
+
+def scheduled_answer(rid: Any, deferred: Deferred) -> bytes:
+    """The ``tools/call`` answer to a deferred call: scheduled, not done (not an error).
+
+    The text is the adapters' (:func:`~agent_saga._deferred.scheduled_message`);
+    ``_meta`` carries the step for a client that reads it.
+    """
+    text = scheduled_message(deferred.tool, deferred.id)
+    return J.result_response(
+        rid,
+        {
+            "content": [{"type": "text", "text": text}],
+            "isError": False,
+            "_meta": {"agent-saga/deferred": {"step": deferred.id, "status": "scheduled"}},
+        },
+    )
 
 
 async def _answer(

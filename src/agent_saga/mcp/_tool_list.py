@@ -3,7 +3,9 @@
 Undeclared tools are hidden, marked or shown as ``[saga] list_undeclared`` says; in
 explicit mode agent-saga's own ``saga_begin`` / ``saga_commit`` / ``saga_rollback``
 (defined here) are added to the first page and hide a server tool of the same name,
-and an ``initialize`` answer that declares no ``tools`` capability gets one. In
+and an ``initialize`` answer that declares no ``tools`` capability gets one. A
+deferred tool (``defer = true``) is listed with a note saying so and without its
+``outputSchema`` (its calls are answered "scheduled"). In
 observe mode the list is only recorded.
 """
 
@@ -16,7 +18,7 @@ from ._stderr import say
 from .observe import Observer
 from .policy import Policy
 
-__all__ = ["INJECTED_TOOLS", "adjust_list", "with_tools_capability"]
+__all__ = ["DEFERRED_NOTE", "INJECTED_TOOLS", "adjust_list", "with_tools_capability"]
 
 INJECTED_TOOLS: Final = ("saga_begin", "saga_commit", "saga_rollback")
 
@@ -75,7 +77,12 @@ def adjust_list(
             say(f"the server's own tool {name!r} is hidden behind agent-saga's")
             changed = True
             continue
-        if name in policy.tools or settings.list_undeclared == "show":
+        declared = policy.tools.get(name) if isinstance(name, str) else None
+        if declared is not None and declared.defer:
+            shown.append(_deferred_view(item))
+            changed = True
+            continue
+        if declared is not None or settings.list_undeclared == "show":
             shown.append(item)
             continue
         changed = True
@@ -96,6 +103,27 @@ def adjust_list(
     assert isinstance(msg, dict)
     assert isinstance(result, dict)
     return J.encode({**msg, "result": {**result, "tools": shown}})
+
+
+#: What a deferred tool's description starts with in the ``tools/list`` answer.
+DEFERRED_NOTE: Final = (
+    "[agent-saga: deferred — a call is answered 'scheduled' and sent to the server only "
+    "once the saga commits; it never happens if the saga rolls back]"
+)
+
+
+def _deferred_view(item: Any) -> Any:
+    """A deferred tool as listed: the note first, and no ``outputSchema``.
+
+    The client is answered "scheduled", never the server's structured output, so an
+    output schema would make a client that validates results reject the answer.
+    """
+    if not isinstance(item, dict):
+        return item
+    description = item.get("description") if isinstance(item.get("description"), str) else ""
+    view = {k: v for k, v in item.items() if k != "outputSchema"}
+    view["description"] = f"{DEFERRED_NOTE} {description}".strip()
+    return view
 
 
 def with_tools_capability(raw: bytes, msg: Any) -> bytes:

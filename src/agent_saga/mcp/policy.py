@@ -24,6 +24,7 @@ schema with examples; in short::
 
     [tools.send_email]
     semantics = "irreversible"
+    defer = true                      # answered "scheduled"; sent once the saga commits
 
 Loading is strict: an unknown field, a wrong type, a path into a root that does not
 exist where it is used, or a value that looks like a credential is a

@@ -17,6 +17,11 @@ The proxy never renumbers ids. Its own requests to the server (compensations and
 lookups during an in-process rollback) use string ids with a random prefix that no
 client uses, so the two id spaces cannot meet.
 
+A tool the policy declares ``defer = true`` is answered "scheduled" at once (the
+call passed the gate and is recorded); the request goes to the server when its saga
+commits — at the end of a ``session`` (before the server is stopped), at
+``saga_commit`` in ``explicit`` mode — and never if the saga rolls back.
+
 Boundaries: ``session`` opens one saga at start and ends it with the session —
 committed when the client closes stdin with no call in flight while its process is
 still alive, rolled back otherwise (a call in flight, the client's process gone, a
@@ -45,7 +50,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from .._types import ActionSemantics
+from .._deferred import binding_deferred
+from .._types import ActionSemantics, Deferred
 from ..errors import GateRefused, InvalidCompensation, LeaseLost, SagaError, SecretInKwargs
 from . import _jsonrpc as J
 from ._bounds import Route, from_client, from_server
@@ -53,7 +59,7 @@ from ._client_io import ClientIO
 from ._proxy_gate import RefuseUndeclared, gate_policies, make_approver
 from ._session import OpenSaga
 from ._stderr import say
-from ._steps import CallContext, ToolRunner, current_call
+from ._steps import CallContext, ToolRunner, current_call, scheduled_answer
 from ._tool_list import INJECTED_TOOLS, adjust_list, with_tools_capability
 from ._upstream import ServerSpec, make_upstream
 from .errors import McpCallFailed, McpServerExited, McpTimeout
@@ -387,8 +393,14 @@ class Proxy:
     async def _invoke(self, call: CallContext) -> bytes | None:
         name, rid = call.name, call.rid
         current_call().set(call)
+        deferring = (
+            binding_deferred(self.runner.deferred_binding(call))
+            if self.runner.is_deferred(name)
+            else contextlib.nullcontext()
+        )
         try:
-            await self.runner.tool_for(name)(**call.arguments)
+            with deferring:
+                result = await self.runner.tool_for(name)(**call.arguments)
         except SecretInKwargs as exc:
             # The core's advice (a CredentialRef) is Python; an MCP client needs this.
             return J.tool_error(
@@ -433,6 +445,8 @@ class Proxy:
                 rid,
                 f"agent-saga could not run {name!r} safely, so it was not sent: {exc}",
             )
+        if isinstance(result, Deferred):
+            return scheduled_answer(rid, result)  # sent to the server once the saga commits
         return call.response
 
     async def _injected(self, call: CallContext) -> None:

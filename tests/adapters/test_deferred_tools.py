@@ -67,10 +67,21 @@ def test_the_wording_is_decided_once_and_says_scheduled_not_done() -> None:
     assert SCHEDULED.fullmatch(text)
 
 
-@pytest.mark.parametrize("fn", [send_email, asend_email], ids=["sync-tool", "async-tool"])
 async def test_model_is_told_the_call_is_scheduled_and_it_runs_once_after_the_commit(
-    fw: Driver, fn: Any, wal: str
+    fw: Driver, wal: str
 ) -> None:
+    await _told_then_run_once(fw, send_email, wal)
+
+
+@pytest.mark.parametrize("name", ["langgraph", "openai-agents"])
+async def test_an_async_deferred_tool_is_scheduled_and_runs_once_after_the_commit(
+    name: str, wal: str
+) -> None:
+    await _told_then_run_once(DRIVERS[name], asend_email, wal)
+
+
+async def _told_then_run_once(fw: Driver, fn: Any, wal: str) -> None:
+    """The model is told the call is scheduled; it runs once, after the commit."""
     email = fw.wrap(fw.native(fn), semantics=IRREVERSIBLE, defer=True)
     pay = fw.wrap(fw.native(charge), semantics=COMPENSABLE, compensate=compensate_charge)
     turns = [

@@ -26,7 +26,7 @@ from agent_saga.wal.reader import Record, scan
 from agent_saga.wal.store import open_store
 from agent_saga.wal.tree import cover
 
-pytestmark = pytest.mark.parametrize("fmt", [1, 2], ids=["append", "prealloc"])
+both_layouts = pytest.mark.parametrize("fmt", [1, 2], ids=["append", "prealloc"])
 
 
 def verify(wal: Path, *extra: str) -> tuple[int, dict[str, object], str]:
@@ -71,6 +71,7 @@ def compacted_log(tmp_path: Path, fmt: int) -> tuple[Path, Path]:
     return wal, anchor
 
 
+@both_layouts
 def test_compacting_twice_keeps_every_checkpoint_and_anchor_verifying(
     tmp_path: Path, fmt: int
 ) -> None:
@@ -109,9 +110,8 @@ def test_compacting_twice_keeps_every_checkpoint_and_anchor_verifying(
     assert min(leaves) > 80  # indices continue after the removed leaves
 
 
-def test_a_daemon_reading_a_compacted_log_finds_nothing_to_distrust(
-    tmp_path: Path, fmt: int
-) -> None:
+def test_a_daemon_reading_a_compacted_log_finds_nothing_to_distrust(tmp_path: Path) -> None:
+    fmt = 2  # the default layout; both: the first test
     wal, _ = compacted_log(tmp_path, fmt)
     audit = LogAudit(key=verifying_key(KEY), signer=None)
     for item in open_store(str(wal)).scan():
@@ -122,9 +122,8 @@ def test_a_daemon_reading_a_compacted_log_finds_nothing_to_distrust(
     assert audit.sealed == 61  # the checkpoint written before compaction still verifies
 
 
-def test_deleting_a_kept_record_after_compaction_is_a_record_removed(
-    tmp_path: Path, fmt: int
-) -> None:
+def test_deleting_a_kept_record_after_compaction_is_a_record_removed(tmp_path: Path) -> None:
+    fmt = 2  # the default layout; both: the first test
     wal, anchor = compacted_log(tmp_path, fmt)
     seal(wal, tmp_path / "later.checkpoint")
     log = LogFile(wal)
@@ -144,9 +143,8 @@ def _forge_compaction(log: LogFile, record: dict[str, object]) -> None:
     )
 
 
-def test_a_deleted_record_claimed_as_compacted_breaks_the_attestation(
-    tmp_path: Path, fmt: int
-) -> None:
+def test_a_deleted_record_claimed_as_compacted_breaks_the_attestation(tmp_path: Path) -> None:
+    fmt = 2  # the default layout; both: the first test
     wal, anchor = compacted_log(tmp_path, fmt)
     seal(wal, tmp_path / "later.checkpoint")
     log = LogFile(wal)
@@ -172,7 +170,8 @@ def test_a_deleted_record_claimed_as_compacted_breaks_the_attestation(
     assert "does not attest the log's compaction record" in text
 
 
-def test_an_older_compaction_record_cannot_stand_for_the_latest(tmp_path: Path, fmt: int) -> None:
+def test_an_older_compaction_record_cannot_stand_for_the_latest(tmp_path: Path) -> None:
+    fmt = 2  # the default layout; both: the first test
     wal, anchor = compacted_log(tmp_path, fmt)
     log = LogFile(wal)
     older = log.frames[log.index('"type":"compaction"')].payload
@@ -188,9 +187,8 @@ def test_an_older_compaction_record_cannot_stand_for_the_latest(tmp_path: Path, 
     assert "compaction" in finding_kinds(doc)
 
 
-def test_an_edited_subtree_hash_changes_what_the_checkpoints_signed(
-    tmp_path: Path, fmt: int
-) -> None:
+def test_an_edited_subtree_hash_changes_what_the_checkpoints_signed(tmp_path: Path) -> None:
+    fmt = 2  # the default layout; both: the first test
     wal, anchor = compacted_log(tmp_path, fmt)
     log = LogFile(wal)
     record = json.loads(log.frames[log.index('"type":"compaction"')].payload)

@@ -42,7 +42,7 @@ demo: $(VENV)/.installed-base
 # on PYTEST_WORKERS pytest-xdist workers (0: in this process, one test at a time);
 # every test keeps its state in its own temporary directory, database or key space,
 # so any split is safe. The seconds per test directory are printed at the end.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 test: $(VENV)/.installed-dev
 	$(BIN)/python scripts/testenv run -- $(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 

@@ -37,7 +37,12 @@ from typing import Any
 from .. import _config
 from ..errors import SagaUsageError
 from . import records as R
-from .checkpoints import AuditKey, checkpoint_of_record, checkpoint_record, signing_key
+from .checkpoints import (
+    AuditKey,
+    checkpoint_of_record_or_frontierless,
+    checkpoint_record,
+    signing_key,
+)
 from .checkpoints import verifying_key as _verifying_key
 from .merkle import Frontier, frontier_ranges
 from .reader import Damage, Record
@@ -239,16 +244,12 @@ class LogAudit:
     def _check(self, rec: Record) -> None:
         tree, name = self.tree, f"the checkpoint at {self.cursor_name} {rec.offset}"
         try:
-            cp = checkpoint_of_record(rec.data, tree.log)
+            cp = checkpoint_of_record_or_frontierless(rec.data, tree.log)
         except ProofError as exc:
-            try:  # the frontier is not signed: an edited one costs only the location
-                cp = checkpoint_of_record({**rec.data, "frontier": None}, tree.log)
-            except ProofError:
-                # Fail closed: our writers never write a malformed checkpoint, and an
-                # unreadable one must not switch verification off.
-                why = f"{name} is malformed ({exc})"
-                self._taint([(self.sealed, tree.size)], why, rec.offset)
-                return
+            # Fail closed: our writers never write a malformed checkpoint, and an
+            # unreadable one must not switch verification off.
+            self._taint([(self.sealed, tree.size)], f"{name} is malformed ({exc})", rec.offset)
+            return
         key = self.key if self.key is not None else cp.embedded_key()
         try:
             signed = key is None or cp.signed_by(key)  # HMAC without a key: unchecked

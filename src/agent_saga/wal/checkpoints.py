@@ -48,6 +48,7 @@ from .verifier import (
 __all__ = [
     "AuditKey",
     "checkpoint_of_record",
+    "checkpoint_of_record_or_frontierless",
     "checkpoint_record",
     "read_anchor",
     "signing_key",
@@ -274,6 +275,24 @@ def checkpoint_of_record(data: Mapping[str, Any], log: str | None) -> Checkpoint
     except (KeyError, TypeError, ValueError):
         raise ProofError("a checkpoint record without a valid size, root, ts or sig") from None
     return parse_checkpoint("\n".join(lines) + "\n")
+
+
+def checkpoint_of_record_or_frontierless(data: Mapping[str, Any], log: str | None) -> Checkpoint:
+    """:func:`checkpoint_of_record`, ignoring an unusable ``frontier`` (it is not signed).
+
+    An edited frontier costs a reader only the location of a departure, never the
+    check itself; anything else malformed still raises.
+
+    Raises:
+        ProofError: the record is malformed beyond its frontier (the first error).
+    """
+    try:
+        return checkpoint_of_record(data, log)
+    except ProofError as exc:
+        try:
+            return checkpoint_of_record({**data, "frontier": None}, log)
+        except ProofError:
+            raise exc from None
 
 
 def read_anchor(path: str | os.PathLike[str]) -> Checkpoint:

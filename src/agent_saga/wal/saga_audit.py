@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from . import records as R
 from .autocheckpoint import Taint, audit_keys, departed, failure
-from .checkpoints import checkpoint_of_record
+from .checkpoints import checkpoint_of_record_or_frontierless
 from .reader import Damage, Decryptor, Record
 from .tree import LogTree
 from .verifier import ProofError, VerifyKey
@@ -245,9 +245,9 @@ class SagaAudit:
         if rec.data.get("type") == R.CHECKPOINT:
             self._check(rec)
         tree = self.tree
-        seen = len(getattr(tree, "problems", ()))
+        seen = len(tree.problems)
         index = tree.add(rec)
-        for p in getattr(tree, "problems", ())[seen:]:  # a compaction or redaction that fails
+        for p in tree.problems[seen:]:  # a compaction or redaction that fails
             self._taint([(p.first, p.end)], p.text)
         if index < 0:
             return index
@@ -274,27 +274,22 @@ class SagaAudit:
     def settle(self) -> None:
         """At the end of the log: taint what only the whole log shows.
 
-        What the tree reports once it read everything (``LogTree.finish``, where the
-        tree has it): a compaction record no attestation binds, removed runs beyond
+        What the tree reports once it read everything (``LogTree.finish``): a
+        compaction record no attestation binds, removed runs beyond
         the end, a redacted frame no redaction lists.
         """
-        finish = getattr(self.tree, "finish", None)
-        if callable(finish):
-            for p in finish():
-                self._taint([(p.first, p.end)], p.text)
+        for p in self.tree.finish():
+            self._taint([(p.first, p.end)], p.text)
 
     def _check(self, rec: Record) -> None:
         """Check the checkpoint ``rec`` against the leaves before it (as ``LogAudit``)."""
         tree, name = self.tree, f"the checkpoint at {self.cursor_name} {rec.offset}"
         self.checkpoints += 1
         try:
-            cp = checkpoint_of_record(rec.data, tree.log)
+            cp = checkpoint_of_record_or_frontierless(rec.data, tree.log)
         except ProofError as exc:
-            try:  # the frontier is not signed: an edited one costs only the location
-                cp = checkpoint_of_record({**rec.data, "frontier": None}, tree.log)
-            except ProofError:
-                self._taint([(self.sealed, tree.size)], f"{name} is malformed ({exc})")
-                return
+            self._taint([(self.sealed, tree.size)], f"{name} is malformed ({exc})")
+            return
         key = self.key if self.key is not None else cp.embedded_key()
         checked = key is not None
         try:

@@ -129,18 +129,19 @@ def defer_protocol(
 ) -> Protocol:
     """Gate and record a deferred call; return its placeholder (the call does not run)."""
     from . import _engine as E
+    from ._step_gate import ask_approver, gate_record, precheck, refusal
 
     run = scope.run
     step = E.new_durable_step(scope, spec, jsonable(spec.bind(args, kwargs)))
     try:
-        decision = E._precheck(run, scope, spec, step)
+        decision = precheck(run, scope, spec, step)
         if decision is None:
-            decision = yield from E._approval(run, scope, spec, step)
+            decision = yield from ask_approver(run, scope, spec, step)
         yield from run.begin_records()
         if not decision.approved:
-            yield Append(E._gate_record(run, step, decision))
-            raise E._refusal(run, step, decision)
-        yield Submit(E._gate_record(run, step, decision))
+            yield Append(gate_record(run, step, decision))
+            raise refusal(run, step, decision)
+        yield Submit(gate_record(run, step, decision))
         record: dict[str, Any] = {
             "type": R.DEFERRED,
             "saga": run.id,

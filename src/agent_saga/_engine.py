@@ -7,8 +7,9 @@ loop or a short async loop — the only code that differs by colour. Everything 
 decides *what* happens (gate verdicts, record contents, LIFO order, retry and
 escalation) lives in the engine's modules, once:
 
-* here: :class:`Step`, the gate (a refusal is recorded durably) and the protocol
-  of one COMPENSABLE or IRREVERSIBLE step;
+* here: :class:`Step` and the protocol of one COMPENSABLE or IRREVERSIBLE step;
+* ``_step_gate``: the gate it passes first (automatic checks, the approver,
+  limits; a refusal is recorded durably);
 * ``_reversible``: the REVERSIBLE fast path. It does no I/O at all, so it is not a
   generator but plain functions both drivers share;
 * ``_rollback``: the rollback and settle protocols that end a saga. Undoing one
@@ -20,32 +21,37 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _crash, _observe
 from ._commands import (
     Append,
     AppendFenced,
-    Approve,
     Call,
-    Command,
     Forward,
     Protocol,
     Sleep,
     Submit,
 )
-from ._metering import Metered, admitted, metering
-from ._registry import is_registered
+from ._metering import admitted, metering
+from ._step_gate import (
+    approval_request,
+    ask_approver,
+    gate_record,
+    over_limit,
+    policies_of,
+    precheck,
+    refusal,
+    refuse,
+)
 from ._types import ActionSemantics, Compensation
 from ._undo import error_text, escalation_id, flat, jsonable, now
-from .errors import GateRefused, InvalidCompensation, LeaseLost, SecretInKwargs
-from .gate import ApprovalRequest, Decision, Policy, as_decision, run_policies
-from .secrets import CredentialRef, assert_no_secrets, redact
+from .errors import InvalidCompensation, LeaseLost, SecretInKwargs
+from .gate import Decision
+from .secrets import CredentialRef, assert_no_secrets
 from .wal import records as R
 from .wal.halts import halt_blocking
-from .wal.limits import Overrun
 
 if TYPE_CHECKING:
     from ._runtime import Run, Scope
@@ -125,15 +131,9 @@ def refusal_protocol(scope: Scope, spec: ToolSpec, decision: Decision) -> Protoc
     step = Step(run.next_step_id(), spec, scope)
     obs = _observe.observer
     if obs is None:
-        return (yield from _refuse(run, step, decision))
+        return (yield from refuse(run, step, decision))
     step.obs = obs.step_started(step, (), step.kwargs)
-    return (yield from observed(step, _refuse(run, step, decision)))
-
-
-def _refuse(run: Run, step: Step, decision: Decision) -> Protocol:
-    yield from run.begin_records()
-    yield Append(_gate_record(run, step, decision))
-    raise _refusal(run, step, decision)
+    return (yield from observed(step, refuse(run, step, decision)))
 
 
 def observed(step: Step, protocol: Protocol) -> Protocol:
@@ -147,137 +147,6 @@ def observed(step: Step, protocol: Protocol) -> Protocol:
         raise
     trace.finish(None)
     return result
-
-
-def _refusal(run: Run, step: Step, decision: Decision) -> GateRefused:
-    cls = SecretInKwargs if decision.decided_by == "secret-scan" else GateRefused
-    return cls(
-        f"gate refused {step.spec.name!r}: {decision.reason}",
-        tool=step.spec.name,
-        reason=decision.reason,
-        decided_by=decision.decided_by,
-        saga_id=run.id,
-        step_id=step.id,
-    )
-
-
-def _request(run: Run, spec: ToolSpec, step: Step) -> ApprovalRequest:
-    return ApprovalRequest(
-        run.id, run.name, spec.name, spec.semantics, step.kwargs, step.id, run.side_effects
-    )
-
-
-def _precheck(run: Run, scope: Scope, spec: ToolSpec, step: Step) -> Decision | None:
-    """The gate's automatic checks; return the refusal, or None when all pass."""
-    halt = halt_blocking(run.log(), tool=spec.name, saga_name=run.name)
-    if halt is not None:
-        if halt.unwind:
-            run.halted = halt.halt  # the saga rolls back at its end, whatever the body does
-        return Decision.deny(
-            f"halt:{halt.halt}",
-            f"the log is halted for {halt.describe()} by {halt.by}: {halt.reason} "
-            f"(lift it with `agent-saga resume --reason ...`)",
-        )
-    if spec.semantics is COMPENSABLE and spec.compensate is None:
-        return Decision.deny(
-            "gate",
-            f"COMPENSABLE tool {spec.name!r} declares no compensation; give it "
-            "compensate=lambda result: Compensation(...)",
-        )
-    for declared in (spec.handler, spec.resolver):
-        if declared is not None and not is_registered(declared):
-            return Decision.deny(
-                "gate",
-                f"handler not registered: {declared!r} (declared by {spec.name!r}); import "
-                "the module that registers it",
-            )
-    try:
-        assert_no_secrets(step.kwargs, path="kwargs")
-    except SecretInKwargs as exc:
-        return Decision.deny("secret-scan", str(exc))
-    policies = _policies(scope, spec)
-    if policies:
-        return run_policies(policies, _request(run, spec, step))
-    return None
-
-
-def _policies(scope: Scope, spec: ToolSpec) -> tuple[Policy, ...]:
-    """The saga's policies and the tool's own (``@tool(policies=...)``), in that order."""
-    return scope.policies + spec.policies if spec.policies else scope.policies
-
-
-def _approval(
-    run: Run, scope: Scope, spec: ToolSpec, step: Step, usage: dict[str, Any] | None = None
-) -> Generator[Command, Any, Decision]:
-    """Ask the saga's approver about an IRREVERSIBLE step, or a call over a limit.
-
-    Fail closed: an approver that raises refuses.
-    """
-    obs = _observe.observer
-    if obs is not None:
-        obs.approval_waiting(1)
-    try:
-        request = _request(run, spec, step)
-        if usage is not None:
-            request = replace(request, usage=usage)
-        answer = yield Approve(scope.approver, request)
-    except Exception as exc:  # a broken approver must not open the gate
-        return Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
-    finally:
-        if obs is not None:
-            obs.approval_waiting(-1)
-    decision = as_decision(answer, source=scope.approver)
-    if step.obs is not None:
-        step.obs.approval(decision, scope.approver)
-    return decision
-
-
-def _over_limit(
-    run: Run,
-    scope: Scope,
-    spec: ToolSpec,
-    step: Step,
-    intent: dict[str, Any],
-    metered: Metered,
-    over: Overrun,
-) -> Protocol:
-    """A call over a limit: refused, or — ``over_limit="approve"`` — the approver decides.
-
-    Approved, the intent is appended as it is (its reservation counts, past the
-    limit) and a ``gate`` record says who let it through; refused, the refusal is
-    recorded with the limit's numbers and raised.
-    """
-    usage = over.as_record()
-    decision = Decision.deny(f"limit:{over.usage.limit}", over.reason())
-    if metered[over.usage.limit][3] == "approve":
-        decision = yield from _approval(run, scope, spec, step, usage=usage)
-        if decision.approved:
-            intent["approved_by"] = decision.decided_by
-            if decision.approval is not None:
-                intent["approval"] = dict(decision.approval)  # §12.3: what it runs under
-            yield Submit({**_gate_record(run, step, decision), "limit": usage})
-            yield Append(intent)
-            return
-        decision = Decision.deny(decision.decided_by, f"{over.reason()}; {decision.reason}")
-    run.side_effects -= 1
-    yield Append({**_gate_record(run, step, decision), "limit": usage})
-    raise _refusal(run, step, decision)
-
-
-def _gate_record(run: Run, step: Step, decision: Decision) -> dict[str, Any]:
-    if step.obs is not None:
-        step.obs.gate(decision)
-    return {
-        "type": R.GATE,
-        "saga": run.id,
-        "step": step.id,
-        "tool": step.spec.name,
-        "semantics": step.spec.semantics.value,
-        "decision": "approved" if decision.approved else "refused",
-        "decided_by": decision.decided_by,
-        "reason": redact(decision.reason),  # a policy may quote the value it refused
-        "ts": now(),
-    }
 
 
 # --- the durable step protocol ---------------------------------------------------------
@@ -312,20 +181,20 @@ def _durable_step(
 
     # The gate. Refusals and approvers' decisions are recorded as ``gate`` records;
     # a step that passed the automatic checks needs none: its intent says so.
-    decision = _precheck(run, scope, spec, step)
+    decision = precheck(run, scope, spec, step)
     if decision is None and spec.semantics is IRREVERSIBLE:
-        decision = yield from _approval(run, scope, spec, step)
+        decision = yield from ask_approver(run, scope, spec, step)
     if decision is not None and not decision.approved:
         yield from run.begin_records()
-        yield Append(_gate_record(run, step, decision))
-        raise _refusal(run, step, decision)
+        yield Append(gate_record(run, step, decision))
+        raise refusal(run, step, decision)
     run.side_effects += 1
     yield from run.begin_records()
     approved_by = "gate"  # the automatic checks passed; the intent records that
     approval = None
     if decision is not None:
         approved_by, approval = decision.decided_by, decision.approval
-        yield Submit(_gate_record(run, step, decision))
+        yield Submit(gate_record(run, step, decision))
 
     call_kwargs = forward_kwargs(spec, step, kwargs)
     if spec.capture is not None:
@@ -337,15 +206,15 @@ def _durable_step(
             assert_no_secrets(step.preimage, path="preimage")
         except SecretInKwargs as exc:
             run.side_effects -= 1
-            refusal = Decision.deny("secret-scan", str(exc))
-            yield Append(_gate_record(run, step, refusal))
-            raise _refusal(run, step, refusal) from None
+            scanned = Decision.deny("secret-scan", str(exc))
+            yield Append(gate_record(run, step, scanned))
+            raise refusal(run, step, scanned) from None
 
-    metered = metering(_policies(scope, spec), lambda: _request(run, spec, step))
+    metered = metering(policies_of(scope, spec), lambda: approval_request(run, spec, step))
     if isinstance(metered, Decision):
         run.side_effects -= 1
-        yield Append(_gate_record(run, step, metered))
-        raise _refusal(run, step, metered)
+        yield Append(gate_record(run, step, metered))
+        raise refusal(run, step, metered)
 
     while True:
         step.attempts += 1
@@ -356,7 +225,7 @@ def _durable_step(
             if metered:
                 over = yield from admitted(intent, metered)
                 if over is not None:
-                    yield from _over_limit(run, scope, spec, step, intent, metered, over)
+                    yield from over_limit(run, scope, spec, step, intent, metered, over)
             else:
                 yield Append(intent)
         except (asyncio.CancelledError, KeyboardInterrupt):

@@ -447,6 +447,8 @@ def commit_record(
         "token": R.recovery_token(run.id, step.id),
         "ts": now(),
     }
+    if comp is not None and comp.undo_until is not None:
+        committed["undo_until"] = comp.undo_until  # the service's own limit (§12.5)
     if problem is not None:
         committed["invalid"] = str(problem)
         step.problem = str(problem)

@@ -39,22 +39,28 @@ class Compensation:
         kwargs: JSON-serializable keyword arguments for ``fn``/the handler; they are
             written to the log, so they must hold no secret (use credential
             references). ``None`` means ``{}``.
+        undo_until: Wall-clock seconds after which the service no longer accepts this
+            inverse (a card refund window): an undo after commit past it plans the step
+            as one that cannot be undone, and escalates it (recorded with ``committed``,
+            ``docs/log-format.md`` §12.5). None: no limit of the service's.
 
     Raises:
         SagaUsageError: neither ``fn`` nor ``handler`` is given, or the types are wrong.
     """
 
-    __slots__ = ("fn", "handler", "kwargs")
+    __slots__ = ("fn", "handler", "kwargs", "undo_until")
 
     fn: Callable[..., Any] | None
     handler: str | None
     kwargs: Mapping[str, Any]
+    undo_until: float | None
 
     def __init__(
         self,
         fn: Callable[..., Any] | None = None,
         handler: str | None = None,
         kwargs: Mapping[str, Any] | None = None,
+        undo_until: float | None = None,
     ) -> None:
         if fn is None and handler is None:
             raise SagaUsageError(
@@ -71,9 +77,18 @@ class Compensation:
             raise SagaUsageError(
                 f"Compensation kwargs must be a mapping, got {type(kwargs).__name__}"
             )
+        if undo_until is not None and (
+            isinstance(undo_until, bool)
+            or not isinstance(undo_until, int | float)
+            or undo_until != undo_until  # NaN
+        ):
+            raise SagaUsageError(
+                f"Compensation undo_until must be wall-clock seconds, got {undo_until!r}"
+            )
         self.fn = fn
         self.handler = handler
         self.kwargs = kwargs
+        self.undo_until = None if undo_until is None else float(undo_until)
 
     def __repr__(self) -> str:
         fn = getattr(self.fn, "__qualname__", None) if self.fn is not None else None
@@ -82,10 +97,11 @@ class Compensation:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Compensation):
             return NotImplemented
-        return (self.fn, self.handler, dict(self.kwargs)) == (
+        return (self.fn, self.handler, dict(self.kwargs), self.undo_until) == (
             other.fn,
             other.handler,
             dict(other.kwargs),
+            other.undo_until,
         )
 
     __hash__ = None  # type: ignore[assignment]

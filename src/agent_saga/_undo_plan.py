@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -161,6 +162,15 @@ def past_window(view: SagaView, now: float | None) -> str | None:
     return f"the saga's undo window ended at {when} (saga(..., undo_window=...))"
 
 
+def _past_service_limit(s: StepView, now: float | None) -> str | None:
+    """Why a step's service no longer takes its inverse (``committed.undo_until``)."""
+    until = s.undo_until
+    if until is None or now is None or now <= until:
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(until))
+    return f"its service took the inverse of this step only until {when} (its undo_until)"
+
+
 def plan_undo(
     view: SagaView, undo: str, from_step: int | None, now: float | None = None
 ) -> list[PlannedStep]:
@@ -190,7 +200,7 @@ def plan_undo(
     planned: list[PlannedStep] = []
     for s in todo:
         token = R.undo_token(view.saga_id, s.step, undo)
-        why = past_window(view, now) or _why_not(s)
+        why = past_window(view, now) or _past_service_limit(s, now) or _why_not(s)
         committed = "committed" in s.attempt_states.values()
         action = CANNOT_UNDO if why else (COMPENSATE if committed else RESOLVE)
         planned.append(

@@ -277,7 +277,10 @@ class Undoer:
         u = _find(view, self.undo)
         assert view is not None
         assert u is not None
-        plan = {p.step: p for p in plan_undo(view, self.undo, u.from_step) if p.step is not None}
+        # Judged as of the request: a window open then stays open for this undo, and a
+        # service's own limit (committed.undo_until) passed then is escalated, not tried.
+        steps = plan_undo(view, self.undo, u.from_step, u.ts)
+        plan = {p.step: p for p in steps if p.step is not None}
         results: dict[int, str] = {}
         escalated = False
         for n in u.steps:

@@ -116,3 +116,40 @@ def test_compaction_keeps_a_saga_while_it_can_still_be_undone(tmp_path: Path) ->
 def test_a_bad_undo_window_is_refused_when_the_saga_is_declared(bad: object) -> None:
     with pytest.raises(SagaUsageError, match="undo_window must be"):
         saga("s", undo_window=bad)  # type: ignore[arg-type]
+
+
+@tool(
+    semantics=ActionSemantics.COMPENSABLE,
+    compensate=lambda n: Compensation(
+        handler="undo_window.refund", kwargs={"n": n}, undo_until=time.time() + (60 if n else -60)
+    ),
+    name="undo_window.pay_with_limit",
+)
+def pay_with_limit(n: int) -> int:
+    return n
+
+
+def test_a_step_past_its_services_own_limit_is_planned_as_not_undoable_and_escalated(
+    tmp_path: Path,
+) -> None:
+    wal = str(tmp_path / "l.wal")
+    UNDONE.clear()
+    with saga("s", wal_path=wal) as s:
+        pay_with_limit(0)  # the service took its refund only until a minute ago
+        pay_with_limit(7)  # ... and this one's for another minute
+    committed = [r for r in _records(wal) if r["type"] == "committed"]
+    assert [r["undo_until"] < time.time() for r in committed] == [True, False]
+    plan = undo_saga(s.id, wal_path=wal, reason="wrong", by="ann", dry_run=True)
+    assert [(p.step, p.action) for p in plan.steps] == [(2, "compensate"), (1, "cannot_undo")]
+    assert "its service took the inverse of this step only until" in (plan.steps[1].why or "")
+    done = undo_saga(s.id, wal_path=wal, reason="wrong", by="ann")
+    assert done.outcome == "escalated"  # step 2 refunded; step 1 is a person's to settle
+    assert UNDONE == [7]
+    escalated = [r for r in _records(wal) if r["type"] == "escalated"]
+    assert [r["step"] for r in escalated] == [1]
+
+
+def test_a_compensation_limit_that_is_not_a_time_is_refused_where_it_is_made() -> None:
+    with pytest.raises(Exception, match="undo_until must be wall-clock seconds"):
+        Compensation(handler="h", undo_until="tomorrow")  # type: ignore[arg-type]
+    assert Compensation(handler="h", undo_until=5).undo_until == 5.0

@@ -134,6 +134,9 @@ class FoldTransitions(ApprovalTransitions):
         s.handler, s.compensation_kwargs, s.token = rec["handler"], rec["kwargs"], rec["token"]
         invalid = rec.get("invalid")
         s.invalid = invalid if isinstance(invalid, str) else None
+        until = rec.get("undo_until")
+        if isinstance(until, int | float) and not isinstance(until, bool):
+            s.undo_until = float(until)
         s.attempt_states[rec["attempt"]], s.attempt_offsets[rec["attempt"]] = "committed", off
         if s.order is None:
             s.order, v._finished = v._finished, v._finished + 1

@@ -309,6 +309,7 @@ class StepView:
         idempotent: The intent says the tool's service dedupes by idempotency key
             (False for records written before the field existed: fail closed).
         invalid: Why the compensation recorded with ``committed`` is not valid.
+        undo_until: The service's own limit on the compensation (``committed``).
         trace: The latest intent's ``trace`` (W3C traceparent), when it was traced.
     """
 
@@ -332,6 +333,7 @@ class StepView:
     compensated_by: str | None = None
     idempotent: bool = False
     invalid: str | None = None
+    undo_until: float | None = None
     trace: str | None = None
     attempt_states: dict[int, str] = field(default_factory=dict)
     attempt_offsets: dict[int, int] = field(default_factory=dict)

@@ -81,7 +81,8 @@ def main() -> int:
             print(f"refunds of {m['id']}: {[r.amount for r in refunds]}")
         charge = str(made[1]["id"])
         again = connector.refund(charge=charge, api_key=KEY, idempotency_key="late-daemon")
-        print(f"a late second refund of {made[1]['id']}: {again!r} (counted as done)")
+        note = again.detail.get("note")
+        print(f"a late second refund of {made[1]['id']}: {note} (counted as done, verified)")
         declined = "pm_card_chargeDeclined"  # Stripe's test-mode card that declines
         if server is not None:  # localstripe: make it from the declining test number
             card = {"number": "4000000000000341", "exp_month": 12, "exp_year": 2030, "cvc": "123"}

@@ -61,8 +61,15 @@ class LocalStripe:
         with urllib.request.urlopen(req, timeout=10) as answer:
             assert answer.status == 204
 
+    def settle_refund(self, refund: str, status: str) -> None:
+        """Move a ``pending`` refund to ``succeeded`` or ``failed``, as Stripe would later."""
+        url = f"{self.base}/_test/refund_status?refund={refund}&status={status}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10) as a:
+            assert a.status == 204
+
     def card(self, number: str = "4242424242424242") -> str:
-        """A fresh ``pm_…`` for the card ``number`` (4000000000000341 is declined)."""
+        """A fresh ``pm_…`` for the card ``number`` (4000000000000341 is declined;
+        4000000000007726's refunds start ``pending``)."""
         card = {"number": number, "exp_month": 12, "exp_year": 2030, "cvc": "123"}
         pm = self.client().v1.payment_methods.create(params={"type": "card", "card": card})
         return str(pm.id)

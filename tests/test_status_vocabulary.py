@@ -124,6 +124,14 @@ def every_state(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         {"type": r.ESCALATION_RESOLVED, "escalation": "e-rt", "note": "retried",
          "by": "recoveryd-y"},
         *_saga("com", "o", *_steps("com"), _end("committed")),
+        # a refund accepted but not final: saga-recoveryd follows it (§12.6)
+        *_saga("dbt", "o", *_steps("dbt"),
+               {"type": r.COMPENSATING, "step": 1, "token": r.recovery_token("dbt", 1),
+                "by": "o"},
+               {"type": r.COMPENSATED, "step": 1, "token": r.recovery_token("dbt", 1),
+                "by": "o", "pending": True, "receipt": {"refund": "re_1"},
+                "follow": {"handler": "stripe.refund_status", "kwargs": {"refund": "re_1"}}},
+               _end("rolled_back")),
         *_saga("ung", "o", *_steps("ung"), _end("committed"), *_undo("ung", now)),
         *_saga("udn", "o", *_steps("udn"), _end("committed"), *_undo("udn", now),
                {"type": r.COMPENSATING, "step": 1, "token": r.undo_token("udn", 1, "u"),
@@ -146,6 +154,7 @@ def every_state(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "res": "resolved",
         "rt": "rolled_back",
         "com": "committed",
+        "dbt": "in_doubt",
         "ung": "undoing",
         "udn": "undone",
     }

@@ -16,12 +16,13 @@ from ._registry import register_handler
 from ._runtime import current_saga
 from ._saga_context import SagaContext, saga
 from ._tool_decorator import tool
-from ._types import ActionSemantics, Compensation, Deferred, Resolution, RetryPolicy
+from ._types import ActionSemantics, Compensation, Deferred, Receipt, Resolution, RetryPolicy
 from ._undo_gate import govern_undo
 from ._undo_saga import UndoPlan, undo_saga
 from .approvals import ApprovalQueue
 from .errors import (
     CompensationFailed,
+    CompensationUnverified,
     ConcurrentWriteDetected,
     GateRefused,
     HandlerNotRegistered,
@@ -63,6 +64,7 @@ __all__ = [
     "Budget",
     "Compensation",
     "CompensationFailed",
+    "CompensationUnverified",
     "ConcurrentWriteDetected",
     "Decision",
     "Deferred",
@@ -75,6 +77,7 @@ __all__ = [
     "NoActiveSaga",
     "OutcomeUnknown",
     "RateLimit",
+    "Receipt",
     "RecoveryError",
     "Resolution",
     "RetryPolicy",

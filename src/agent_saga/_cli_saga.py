@@ -50,6 +50,9 @@ def _detail_step_json(s: StepView) -> dict[str, Any]:
         "attempt_states": {str(k): v for k, v in sorted(s.attempt_states.items())},
         "gate_decision": s.gate_decision,
         "compensated_by": s.compensated_by,
+        "verification": s.verification,
+        "receipt": s.receipt,
+        "verify_reason": s.verify_reason,
         "final_failure": s.final_failure,
         "invalid": s.invalid,
     }
@@ -171,6 +174,8 @@ def _compensation(s: Mapping[str, Any]) -> str:
     if s["handler"] is None:
         return "-"
     done = f" by {s['compensated_by']}" if s["compensated_by"] else ""
+    if s.get("verification"):
+        done += f" ({s['verification']})"
     return f"{s['handler']} {_text(s['compensation_kwargs'])}{done}"
 
 

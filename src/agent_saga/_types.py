@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import enum
+import json
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SagaUsageError
 
-__all__ = ["ActionSemantics", "Compensation", "Deferred", "Resolution", "RetryPolicy"]
+__all__ = [
+    "RECEIPT_DETAIL_LIMIT",
+    "ActionSemantics",
+    "Compensation",
+    "Deferred",
+    "Receipt",
+    "Resolution",
+    "RetryPolicy",
+]
 
 
 class ActionSemantics(enum.Enum):
@@ -165,6 +174,109 @@ class Resolution:
     def undecided(cls, reason: str) -> Resolution:
         """It cannot be told whether the forward call took effect: escalate."""
         return cls("undecided", None, reason)
+
+
+#: The largest ``Receipt.detail`` accepted, as JSON (it is written to the log).
+RECEIPT_DETAIL_LIMIT = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a compensation proved about its inverse: verified, pending, or not matching.
+
+    A compensation handler may return one; the ``compensated`` record then says
+    ``verified`` / ``pending`` and keeps ``detail`` (``docs/log-format.md`` §12.6). A
+    handler that returns anything else is *compensated (unverified)*: it ran without
+    raising, which is not proof. Build one with the class methods:
+
+    * ``Receipt.confirmed({"refund": "re_1", "status": "succeeded"})`` — the handler
+      read the inverse back and it matched;
+    * ``Receipt.mismatch("the row holds status='review'", {...})`` — it read it back
+      and it did not match: the step is escalated and the saga is *in doubt*;
+    * ``Receipt.awaiting("stripe.refund_status", {"refund": "re_1", ...}, {...})`` — the
+      service accepted the inverse but it is not final (a refund ``pending``):
+      ``saga-recoveryd`` calls the registered ``follow`` handler with ``follow_kwargs``
+      on each pass until it returns a final receipt.
+
+    Attributes:
+        verified: True matched, False did not, None not checked (or not yet).
+        pending: Accepted, not final yet (``verified`` is None).
+        detail: Small JSON facts to keep (refund id and status, row key and digest,
+            file hash); secret-scanned before it is written; at most 2 KiB.
+        reason: Why it did not match (``mismatch``).
+        follow: Registered handler that checks a pending inverse again.
+        follow_kwargs: Its keyword arguments (logged: credentials as references).
+    """
+
+    verified: bool | None = None
+    pending: bool = False
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    follow: str | None = None
+    follow_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verified not in (True, False, None):
+            raise SagaUsageError("Receipt.verified must be True, False or None")
+        if not isinstance(self.detail, Mapping) or not all(isinstance(k, str) for k in self.detail):
+            raise SagaUsageError("Receipt.detail must be a mapping with string keys")
+        try:
+            size = len(json.dumps(dict(self.detail), default=_ref_json))
+        except (TypeError, ValueError) as exc:
+            raise SagaUsageError(f"Receipt.detail must be JSON: {exc}") from None
+        if size > RECEIPT_DETAIL_LIMIT:
+            raise SagaUsageError(
+                f"Receipt.detail is {size} bytes as JSON; keep it under "
+                f"{RECEIPT_DETAIL_LIMIT} (ids, statuses, digests — not whole objects)"
+            )
+        if self.pending:
+            if self.verified is not None:
+                raise SagaUsageError("a pending Receipt is not verified yet: leave verified None")
+            if not isinstance(self.follow, str) or not self.follow:
+                raise SagaUsageError(
+                    "a pending Receipt needs follow=, the registered handler that checks "
+                    "it again (saga-recoveryd calls it until it is final)"
+                )
+        if self.verified is False and not self.reason:
+            raise SagaUsageError("a Receipt that did not verify needs reason= (what differs)")
+        if not isinstance(self.follow_kwargs, Mapping):
+            raise SagaUsageError("Receipt.follow_kwargs must be a mapping")
+
+    @classmethod
+    def confirmed(cls, detail: Mapping[str, Any] | None = None) -> Receipt:
+        """The inverse was read back and matched."""
+        return cls(verified=True, detail=detail or {})
+
+    @classmethod
+    def mismatch(cls, reason: str, detail: Mapping[str, Any] | None = None) -> Receipt:
+        """The inverse was read back and did not match: ``reason`` says what differs."""
+        return cls(verified=False, detail=detail or {}, reason=reason)
+
+    @classmethod
+    def awaiting(
+        cls,
+        follow: str,
+        follow_kwargs: Mapping[str, Any] | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> Receipt:
+        """Accepted, not final: ``follow(**follow_kwargs)`` checks it again later."""
+        return cls(
+            pending=True, detail=detail or {}, follow=follow, follow_kwargs=follow_kwargs or {}
+        )
+
+    @property
+    def outcome(self) -> str:
+        """``verified``, ``unverified`` (read back, did not match) or ``pending``."""
+        if self.pending:
+            return "pending"
+        return {True: "verified", False: "unverified"}.get(self.verified, "unchecked")  # type: ignore[arg-type]
+
+
+def _ref_json(obj: object) -> Any:
+    to_json = getattr(obj, "to_json", None)
+    if callable(to_json):
+        return to_json()
+    raise TypeError(f"{type(obj).__name__} is not JSON")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

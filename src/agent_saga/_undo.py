@@ -18,20 +18,22 @@ from typing import Any
 from . import _crash, _observe
 from ._commands import Append, Call, Command, Protocol, Sleep, Submit
 from ._registry import accepts_keyword, get_handler
-from ._types import Compensation, Resolution, RetryPolicy
+from ._types import Compensation, Receipt, Resolution, RetryPolicy
 from .errors import (
+    CompensationUnverified,
     ConcurrentWriteDetected,
     HandlerNotRegistered,
     InvalidCompensation,
     OutcomeUnknown,
 )
-from .secrets import CredentialRef, redact
+from .secrets import CredentialRef, find_secrets, redact
 from .wal import records as R
 
 __all__ = [
     "StepFacts",
     "Target",
     "UndoResult",
+    "compensate",
     "compensation_call",
     "duplicate_risk",
     "error_text",
@@ -40,6 +42,8 @@ __all__ = [
     "flat",
     "jsonable",
     "now",
+    "receipt_fields",
+    "receipt_problem",
     "resolve_unknown",
     "revive_refs",
     "run_compensation",
@@ -173,20 +177,27 @@ class Target:
         return self._token if self._token is not None else R.recovery_token(self.saga, self.step)
 
 
-def escalate(saga_id: str, step: int | None, reason: str, by: str) -> Protocol:
-    """Put one item on the durable human queue (deterministic id: no duplicates)."""
+def escalate(
+    saga_id: str, step: int | None, reason: str, by: str, *, doubt: bool = False
+) -> Protocol:
+    """Put one item on the durable human queue (deterministic id: no duplicates).
+
+    ``doubt``: the step's outcome is not known (it may have landed, or its undo did
+    not verify): the record says so, and the saga is ``in_doubt`` while it is open.
+    """
     escalation = escalation_id(saga_id, step)
-    yield Append(
-        {
-            "type": R.ESCALATED,
-            "saga": saga_id,
-            "step": step,
-            "escalation": escalation,
-            "reason": reason,
-            "by": by,
-            "ts": now(),
-        }
-    )
+    record: dict[str, Any] = {
+        "type": R.ESCALATED,
+        "saga": saga_id,
+        "step": step,
+        "escalation": escalation,
+        "reason": reason,
+        "by": by,
+        "ts": now(),
+    }
+    if doubt:
+        record["doubt"] = True
+    yield Append(record)
     obs = _observe.observer
     if obs is not None:
         obs.escalated(saga_id, step, escalation)
@@ -214,27 +225,35 @@ def run_compensation(
     its lease there, so a fenced process never starts a compensation), then
     ``compensated`` after it. Every failed attempt is recorded.
     """
+    error, _ = yield from compensate(t, comp, policy, durable=durable)
+    return error
+
+
+def compensate(
+    t: Target, comp: Compensation, policy: RetryPolicy, *, durable: bool = True
+) -> Generator[Command, Any, tuple[BaseException | None, Receipt | None]]:
+    """:func:`run_compensation`, and the :class:`Receipt` the handler returned (or None)."""
     obs = _observe.observer
     if obs is None:
         return (yield from _compensate(t, comp, policy, durable))
     trace = obs.compensation_started(t, comp.handler)
     try:
-        error = yield from _compensate(t, comp, policy, durable)
+        error, receipt = yield from _compensate(t, comp, policy, durable)
     except BaseException as exc:
         trace.finish(exc)
         raise
     trace.finish(error)
-    return error
+    return error, receipt
 
 
 def _compensate(
     t: Target, comp: Compensation, policy: RetryPolicy, durable: bool
-) -> Generator[Command, Any, BaseException | None]:
+) -> Generator[Command, Any, tuple[BaseException | None, Receipt | None]]:
     token = t.token
     try:
         fn, kwargs = compensation_call(comp, token)
     except HandlerNotRegistered as exc:
-        return exc
+        return exc, None
     if durable:
         yield Append(
             {
@@ -251,7 +270,7 @@ def _compensate(
         attempt += 1
         _crash.crashpoint("rollback.before_compensation")
         try:
-            yield Call(fn, (), kwargs)
+            answer = yield Call(fn, (), kwargs)
         except Exception as exc:
             # A concurrent writer is not a transient failure: retrying cannot help.
             delay = (
@@ -272,10 +291,11 @@ def _compensate(
                     }
                 )
             if delay is None:
-                return exc
+                return exc, None
             yield Sleep(delay)
             continue
         _crash.crashpoint("rollback.after_compensation")
+        receipt = answer if isinstance(answer, Receipt) else None
         if durable:
             yield Append(
                 {
@@ -284,10 +304,56 @@ def _compensate(
                     "step": t.step,
                     "token": token,
                     "by": t.by,
+                    **receipt_fields(receipt),
                     "ts": now(),
                 }
             )
+        return None, receipt
+
+
+def receipt_fields(receipt: Receipt | None) -> dict[str, Any]:
+    """What a ``compensated`` (or ``compensation_verified``) record says of ``receipt``.
+
+    ``verified`` (absent: not checked), ``pending``, ``receipt`` (the detail, with
+    anything credential-shaped redacted), ``reason`` when it did not match, and
+    ``follow`` (``{handler, kwargs}``) for a pending one. ``follow`` kwargs that hold
+    a credential are not written: the receipt then cannot be followed, and its
+    ``reason`` says so (the step is escalated: fail closed).
+    """
+    if receipt is None:
+        return {}
+    out: dict[str, Any] = {"receipt": redact(jsonable(dict(receipt.detail)))}
+    if receipt.verified is not None:
+        out["verified"] = receipt.verified
+    if receipt.reason:
+        out["reason"] = str(redact(receipt.reason))[:500]
+    if receipt.pending:
+        out["pending"] = True
+        follow_kwargs = jsonable(dict(receipt.follow_kwargs))
+        found = find_secrets(follow_kwargs, path="follow_kwargs")
+        if found:
+            where = ", ".join(f"{f.path} ({f.kind})" for f in found)
+            out["reason"] = (
+                f"the pending receipt cannot be followed: {where} looks like a credential "
+                "(pass credentials as CredentialRef)"
+            )
+        else:
+            out["follow"] = {"handler": receipt.follow, "kwargs": follow_kwargs}
+    return out
+
+
+def receipt_problem(t: Target, receipt: Receipt | None) -> str | None:
+    """The escalation reason when ``receipt`` shows the inverse did not (or cannot) verify."""
+    if receipt is None:
         return None
+    if receipt.verified is False:
+        return (
+            f"compensation of {t.tool!r} ran but did not read back as undone: "
+            f"{redact(receipt.reason or '')}; the step is in doubt"
+        )
+    if receipt.pending and "follow" not in receipt_fields(receipt):
+        return f"compensation of {t.tool!r} is pending: {receipt_fields(receipt)['reason']}"
+    return None
 
 
 def undo_compensation(
@@ -298,9 +364,15 @@ def undo_compensation(
     Returns:
         ``("compensated", None)`` or ``("escalated", error)``.
     """
-    error = yield from run_compensation(t, comp, policy)
+    error, receipt = yield from compensate(t, comp, policy)
     if error is None:
-        return "compensated", None
+        problem = receipt_problem(t, receipt)
+        if problem is None:
+            return "compensated", None
+        yield from escalate(t.saga, t.step, problem, t.by, doubt=True)
+        why = (receipt.reason or "") if receipt is not None else ""
+        unverified = CompensationUnverified(problem, reason=why, saga_id=t.saga, step_id=t.step)
+        return "escalated", unverified
     if isinstance(error, HandlerNotRegistered):
         reason = f"handler not registered: {comp.handler!r}"
     elif isinstance(error, ConcurrentWriteDetected):
@@ -334,7 +406,9 @@ def resolve_unknown(
     try:
         resolver = get_handler(t.resolver)
     except HandlerNotRegistered as exc:
-        yield from escalate(t.saga, t.step, f"handler not registered: {t.resolver!r}", t.by)
+        yield from escalate(
+            t.saga, t.step, f"handler not registered: {t.resolver!r}", t.by, doubt=True
+        )
         return "escalated", exc
     try:
         verdict = yield Call(
@@ -349,7 +423,7 @@ def resolve_unknown(
         )
     except Exception as exc:
         yield from escalate(
-            t.saga, t.step, f"resolver {t.resolver!r} raised {error_text(exc)}", t.by
+            t.saga, t.step, f"resolver {t.resolver!r} raised {error_text(exc)}", t.by, doubt=True
         )
         return "escalated", exc
     if not isinstance(verdict, Resolution) or verdict.outcome == "undecided":
@@ -358,10 +432,10 @@ def resolve_unknown(
             if isinstance(verdict, Resolution)
             else (f"resolver returned {type(verdict).__name__}, not Resolution")
         )
-        yield from escalate(t.saga, t.step, f"resolver undecided: {why}", t.by)
+        yield from escalate(t.saga, t.step, f"resolver undecided: {why}", t.by, doubt=True)
         return "escalated", None
     if verdict.outcome == "no_effect" and t.may_still_land:
-        yield from escalate(t.saga, t.step, _still_in_flight(t, verdict.reason), t.by)
+        yield from escalate(t.saga, t.step, _still_in_flight(t, verdict.reason), t.by, doubt=True)
         return "escalated", None
     if verdict.outcome == "no_effect":
         yield Append(
@@ -479,11 +553,13 @@ def undo_durable_step(f: StepFacts, policy: RetryPolicy) -> Generator[Command, A
         problem = InvalidCompensation(reason, saga_id=t.saga, step_id=t.step)
         return UndoResult("escalated", problem, reason)
     outcome, error = yield from undo_compensation(t, f.compensation, policy)
+    if isinstance(error, CompensationUnverified):
+        return UndoResult(outcome, error, str(error))
     if error is not None:
         return UndoResult(outcome, error, f"step {t.step} ({t.tool}) compensation failed")
     if f.unknown_attempts and not f.idempotent:
         reason = duplicate_risk(t.tool, f.unknown_attempts)
-        yield from escalate(t.saga, t.step, reason, t.by)
+        yield from escalate(t.saga, t.step, reason, t.by, doubt=True)
         return UndoResult("escalated", _unresolved(t), reason)
     return UndoResult(outcome)
 

@@ -11,6 +11,7 @@
     ├── GateRefused                 the pre-flight gate said no; nothing happened
     │   └── SecretInKwargs          ...because a value looks like a credential
     ├── CompensationFailed          rollback could not undo everything; a human must look
+    ├── CompensationUnverified      an undo ran but did not read back as restored; in doubt
     ├── OutcomeUnknown              a call raised and may have taken effect; escalated
     ├── ConcurrentWriteDetected     a connector found its target changed by someone else
     ├── LeaseLost                   this process lost its lease; recovery owns the saga now
@@ -36,6 +37,7 @@ from typing import Final
 __all__ = [
     "ApprovalDecisionRefused",
     "CompensationFailed",
+    "CompensationUnverified",
     "ConcurrentWriteDetected",
     "GateRefused",
     "HandlerNotRegistered",
@@ -250,6 +252,25 @@ class CompensationFailed(SagaError):
     ) -> None:
         super().__init__(message, saga_id=saga_id)
         self.failures = failures or []
+
+
+class CompensationUnverified(SagaError):
+    """A compensation ran, but reading its effect back did not match: the step is in doubt.
+
+    The step was escalated; the saga's status is ``in_doubt`` until a person resolves
+    it (``agent-saga escalations``). ``reason`` says what differs.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "",
+        saga_id: str | None = None,
+        step_id: int | None = None,
+    ) -> None:
+        super().__init__(message, saga_id=saga_id, step_id=step_id)
+        self.reason = reason
 
 
 class OutcomeUnknown(SagaError):

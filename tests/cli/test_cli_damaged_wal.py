@@ -181,6 +181,8 @@ def _fold_statuses() -> set[str]:
         "d": [begin, escalated, end],  # a person closes its escalation (below)
         "u": [begin, committed, asked],  # an undo after commit not done yet
         "v": [begin, committed, asked, undone],
+        # a step whose outcome is in doubt, escalated and not resolved
+        "w": [begin, {**escalated, "step": 1, "escalation": "e2", "doubt": True}, end],
     }
     fold = SagaFold()
     offset = 0

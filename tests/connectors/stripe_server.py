@@ -15,6 +15,11 @@ children and ``saga-recoveryd`` children all talk to one Stripe. The middleware 
    next POST to that path take effect and then answer 500.
 2. **``charge_already_refunded``**: a refund of a charge (or PaymentIntent) that is
    already fully refunded is a 400 with that code, as Stripe answers it.
+4. **Refunds that are not final at once**, as Stripe's test card 4000000000007726
+   makes them: a refund of a charge paid with it starts ``pending``;
+   ``POST /_test/refund_status?refund=re_…&status=succeeded|failed`` settles it
+   (``failed`` also sets ``failure_reason``). A failed or canceled refund no longer
+   counts in the charge's ``amount_refunded``, as on Stripe.
 
 localstripe pickles its state to a fixed ``/tmp/localstripe.pickle`` on every write
 and loads it at start; here the state lives in this process only (the pickle
@@ -63,6 +68,33 @@ def _refund_the_rest(
 
 resources.Refund.__init__ = _refund_the_rest  # type: ignore[method-assign]
 
+#: Stripe's test card whose refunds start ``pending`` (docs: "Refunds", testing).
+PENDING_REFUND_CARD = "4000000000007726"
+_refund_created = resources.Refund.__init__
+
+
+def _pending_for_test_card(self: Any, *args: Any, **kwargs: Any) -> None:
+    _refund_created(self, *args, **kwargs)
+    try:
+        charge = resources.Charge._api_retrieve(self.charge)
+        pm = resources.PaymentMethod._api_retrieve(charge.payment_method)
+        card = getattr(pm, "_card_number", None)
+    except Exception:  # a source that is not a card: as localstripe made it
+        return
+    if card == PENDING_REFUND_CARD:
+        self.status = "pending"
+
+
+resources.Refund.__init__ = _pending_for_test_card  # type: ignore[method-assign]
+resources.Refund.failure_reason = None  # type: ignore[attr-defined]
+resources.Charge.amount_refunded = property(  # type: ignore[method-assign,assignment]
+    lambda self: sum(
+        r.amount
+        for r in self.refunds._list
+        if getattr(r, "status", "") not in ("failed", "canceled")
+    )
+)
+
 _saved: dict[tuple[str, str, str], tuple[str, int, bytes]] = {}
 _running: set[tuple[str, str, str]] = set()
 #: Paths whose next POST is carried out and then answered 500 (``POST /_test/fail_next``).
@@ -103,6 +135,12 @@ async def stripe_semantics(request: web.Request, handler: Any) -> web.StreamResp
         _fail_next.clear()
     if request.method == "POST" and request.path == "/_test/fail_next":
         _fail_next.add(request.query["path"])
+        return web.Response(status=204)
+    if request.method == "POST" and request.path == "/_test/refund_status":
+        refund = resources.Refund._api_retrieve(request.query["refund"])
+        refund.status = request.query["status"]
+        if refund.status == "failed":
+            refund.failure_reason = "expired_or_canceled_card"
         return web.Response(status=204)
     key = request.headers.get("Idempotency-Key")
     if request.method != "POST" or not key:

@@ -68,7 +68,7 @@ def test_the_stripe_example_prints_each_refund_once_and_the_decline(tmp_path: Pa
     out = run.stdout
     assert re.search(r"refunds of pi_\w+: \[4200\]", out), out
     assert re.search(r"refunds of ch_\w+: \[500\]", out), out
-    assert "'already refunded' (counted as done)" in out
+    assert "charge_already_refunded (counted as done, verified)" in out
     assert "declined:  card_declined" in out
 
 

@@ -187,8 +187,11 @@ def committed_update(pg_dsn: str, wal: Path, values: dict[str, Any]) -> dict[str
 def test_restore_twice_is_restore_once(orders: Any, pg_dsn: str, tmp_path: Path) -> None:
     before = rows(orders)
     kw = committed_update(pg_dsn, tmp_path / "r.wal", {"status": "shipped", "tags": ["z"]})
-    assert pgc.restore(**kw, idempotency_key="tok") == "restored"
-    assert pgc.restore(**kw, idempotency_key="tok") == "already"
+    first = pgc.restore(**kw, idempotency_key="tok")
+    assert (first.verified, first.detail["outcome"]) == (True, "restored")
+    again = pgc.restore(**kw, idempotency_key="tok")
+    assert (again.verified, again.detail["outcome"]) == (True, "already")
+    assert again.detail["digest"] == first.detail["digest"]  # the same row read back
     assert rows(orders) == before
 
 
@@ -228,8 +231,8 @@ def test_undo_of_a_delete_does_not_clobber_a_row_that_took_its_key(
     with pytest.raises(TargetChanged):
         pgc.restore(**kw)
     orders.execute("DELETE FROM orders WHERE region = 'us'")
-    assert pgc.restore(**kw) == "restored"
-    assert pgc.restore(**kw) == "already"
+    assert pgc.restore(**kw).detail["outcome"] == "restored"
+    assert pgc.restore(**kw).detail["outcome"] == "already"
     assert orders.execute("SELECT status, meta FROM orders WHERE region = 'us'").fetchall() == [
         ("paid", [])
     ]

@@ -88,8 +88,10 @@ def test_restore_twice_is_restore_once(sf: Any, tmp_path: Path) -> None:
     with saga("crm", wal_path=str(wal)):
         sfc.update_record("Contact", rid, {"Title": "CTO"}, session=SESSION)
     kw = committed(wal)
-    assert sfc.restore(**kw, idempotency_key="tok") == "restored"
-    assert sfc.restore(**kw, idempotency_key="tok") == "already"
+    first = sfc.restore(**kw, idempotency_key="tok")
+    assert (first.verified, first.detail["outcome"]) == (True, "restored")
+    again = sfc.restore(**kw, idempotency_key="tok")
+    assert (again.verified, again.detail["outcome"]) == (True, "already")
     assert record(sf, rid)["Title"] == "Analyst"
     assert sf.org.count("PATCH", rid) == 2
 
@@ -151,7 +153,7 @@ def test_resolver_tells_landed_no_effect_and_undecided_from_the_record(sf: Any) 
     landed = sfc.resolve(tool="salesforce.update", kwargs=intent)
     assert landed.outcome == "landed"
     assert landed.compensation is not None
-    assert sfc.restore(**landed.compensation.kwargs) == "restored"
+    assert sfc.restore(**landed.compensation.kwargs).detail["outcome"] == "restored"
     assert record(sf, rid)["Title"] == "Analyst"
     sf.org.edit("Contact", rid, Title="Other")
     assert sfc.resolve(tool="salesforce.update", kwargs=intent).outcome == "undecided"

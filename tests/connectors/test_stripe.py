@@ -141,7 +141,10 @@ def test_refund_with_one_token_refunds_once_and_a_refunded_charge_counts_as_done
         made = sc.create_charge(amount=800, currency="eur", source=stripe_env.card(), api_key=KEY)
     first = sc.refund(charge=made["id"], api_key=KEY, idempotency_key="tok-1")
     assert sc.refund(charge=made["id"], api_key=KEY, idempotency_key="tok-1") == first
-    assert sc.refund(charge=made["id"], api_key=KEY, idempotency_key="tok-2") == "already refunded"
+    late = sc.refund(charge=made["id"], api_key=KEY, idempotency_key="tok-2")
+    assert (late.verified, late.detail["note"]) == (True, "charge_already_refunded")
+    assert first.verified is True
+    assert first.detail["status"] == "succeeded"
     assert len(stripe_env.refunds(made["id"])) == 1
 
 
@@ -152,9 +155,8 @@ def test_partial_refund_by_amount_then_the_rest(stripe_env: Any, tmp_path: Path)
         )
     sc.refund(payment_intent=made["id"], amount=300, api_key=KEY, idempotency_key="part")
     sc.refund(payment_intent=made["id"], api_key=KEY, idempotency_key="rest")
-    assert sc.refund(payment_intent=made["id"], api_key=KEY, idempotency_key="late") == (
-        "already refunded"
-    )
+    late = sc.refund(payment_intent=made["id"], api_key=KEY, idempotency_key="late")
+    assert (late.verified, late.detail["amount_refunded"]) == (True, 1000)
     assert sorted(r.amount for r in stripe_env.refunds(made["latest_charge"])) == [300, 700]
 
 

@@ -29,7 +29,7 @@ def test_daemon_escalates_an_earlier_attempt_of_unknown_outcome(world):
     assert done.returncode == 0, done.stderr
     assert world.effects() == ["x"], "the committed attempt was compensated once"
     [view] = list(world.fold().sagas())
-    assert view.status == "escalated", "never a clean rolled_back"
+    assert view.status == "in_doubt", "never a clean rolled_back: it may have landed twice"
     [esc] = world.fold().open_escalations()
     assert esc.step == 1
     assert "attempts [1]" in esc.reason
@@ -40,7 +40,7 @@ def test_in_process_rollback_and_daemon_reach_the_same_verdict(world):
     rolled = world.agent(items=["y"], tool="flaky", fail_after=True)
     assert rolled.returncode == 1, rolled.stderr
     [view] = list(world.fold().sagas())
-    assert view.status == "escalated"
+    assert view.status == "in_doubt"
     [esc] = world.fold().open_escalations()
     assert "attempts [1]" in esc.reason
 

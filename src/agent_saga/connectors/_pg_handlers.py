@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import Compensation, Resolution
+from .. import Compensation, Receipt, Resolution
 from ..secrets import CredentialRef
 from . import _pg_undo as U
 from ._common import InvalidTarget, ServiceOutcomeUnknown, ServiceRejected
@@ -40,7 +40,7 @@ def restore(
     after: Mapping[str, str | None] | None = None,
     password: CredentialRef | None = None,
     idempotency_key: str | None = None,
-) -> str:
+) -> Receipt:
     """Undo one row change, only if the row is still what the step left (``postgres.restore``).
 
     Idempotent: a row already in its pre-step state is left alone, so a second run (a
@@ -58,15 +58,37 @@ def restore(
         idempotency_key: The recovery token (unused: the row's state is the guard).
 
     Returns:
-        ``"restored"``, or ``"already"`` when there was nothing left to do.
+        A :class:`~agent_saga.Receipt` of the row read back in a statement of its
+        own after the restore committed: confirmed when it holds the pre-image
+        again (or, for an insert, is gone), a mismatch when someone changed it right
+        after. ``detail``: the row's key, ``outcome`` (``"restored"``, or
+        ``"already"`` when there was nothing left to do) and a digest of the row.
 
     Raises:
         TargetChanged: a concurrent writer changed the row; it is not overwritten.
         ServiceRejected: PostgreSQL refused the statement.
         ServiceOutcomeUnknown: the connection failed during the statement.
     """
-    result: str = run(database, password, U.restore_protocol(op, schema, table, key, before, after))
-    return result
+    protocol = _restore_and_read(op, schema, table, key, before, after)
+    answer: tuple[bool, str | None, dict[str, Any]] = run(database, password, protocol)
+    return _receipt(answer)
+
+
+def _restore_and_read(
+    op: str,
+    schema: str,
+    table: str,
+    key: Mapping[str, str] | None,
+    before: Mapping[str, str | None] | None,
+    after: Mapping[str, str | None] | None,
+) -> Any:
+    outcome = yield from U.restore_protocol(op, schema, table, key, before, after)
+    return (yield from U.read_back_protocol(op, schema, table, key, before, after, outcome))
+
+
+def _receipt(answer: tuple[bool, str | None, dict[str, Any]]) -> Receipt:
+    verified, why, detail = answer
+    return Receipt.confirmed(detail) if verified else Receipt.mismatch(why or "", detail)
 
 
 async def restore_async(
@@ -80,7 +102,7 @@ async def restore_async(
     after: Mapping[str, str | None] | None = None,
     password: CredentialRef | None = None,
     idempotency_key: str | None = None,
-) -> str:
+) -> Receipt:
     """:func:`restore` without blocking the event loop (used by async sagas in-process).
 
     Args:
@@ -95,15 +117,14 @@ async def restore_async(
         idempotency_key: See :func:`restore`.
 
     Returns:
-        ``"restored"`` or ``"already"``.
+        A :class:`~agent_saga.Receipt`, as for :func:`restore`.
 
     Raises:
         TargetChanged: as for :func:`restore`.
     """
-    result: str = await run_async(
-        database, password, U.restore_protocol(op, schema, table, key, before, after)
-    )
-    return result
+    protocol = _restore_and_read(op, schema, table, key, before, after)
+    answer: tuple[bool, str | None, dict[str, Any]] = await run_async(database, password, protocol)
+    return _receipt(answer)
 
 
 def resolve(

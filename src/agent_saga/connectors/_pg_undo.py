@@ -7,6 +7,8 @@ left, and a resolution decides only what the row proves.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -26,7 +28,7 @@ from ._pg_sql import (
     describe,
 )
 
-__all__ = ["resolve_protocol", "restore_protocol"]
+__all__ = ["read_back_protocol", "resolve_protocol", "restore_protocol"]
 
 
 def _current(
@@ -54,6 +56,45 @@ def _diff(
     return {
         n: {"expected": v, "found": found.get(n)} for n, v in expected.items() if found.get(n) != v
     }
+
+
+def read_back_protocol(
+    op: str,
+    schema: str,
+    table: str,
+    key: Mapping[str, str] | None,
+    before: Mapping[str, str | None] | None,
+    after: Mapping[str, str | None] | None,
+    outcome: str,
+) -> Protocol:
+    """Read the row after a restore, in its own statement (after the restore committed).
+
+    Returns:
+        ``(verified, reason, detail)``: the row holds ``before`` again (update,
+        delete), or is gone (insert); ``detail`` names the row and a digest of what
+        it holds (never the values: they may be personal data).
+    """
+    t = yield from describe(schema, table)
+    assert key is not None
+    label = _row_label(t, key)
+    names = list(after or {}) if op == "insert" else list(before or {})
+    now = yield from _current(t, key, names)
+    detail: dict[str, Any] = {"row": label, "outcome": outcome}
+    if now is not None:
+        canonical = json.dumps(now, sort_keys=True, default=str).encode()
+        detail["digest"] = "sha256:" + hashlib.sha256(canonical).hexdigest()
+    if op == "insert":
+        if now is None:
+            return True, None, detail
+        return False, f"{label} still exists after it was deleted", detail
+    if now is None:
+        return False, f"{label} does not exist after the restore", detail
+    assert before is not None
+    differs = sorted(n for n in names if now[n] != before[n])
+    if differs:
+        why = f"{label} was restored, but reads back with {', '.join(differs)} changed again"
+        return False, why, detail
+    return True, None, detail
 
 
 def restore_protocol(

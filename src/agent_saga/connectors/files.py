@@ -46,6 +46,7 @@ from .. import (
     Compensation,
     ConcurrentWriteDetected,
     NoActiveSaga,
+    Receipt,
     Resolution,
     SagaUsageError,
     SecretInKwargs,
@@ -201,10 +202,15 @@ def _refuse_plaintext_secret(store: SnapshotStore, content: bytes, what: str) ->
         ) from None
 
 
-def restore(preimage: Mapping[str, Any], *, idempotency_key: str | None = None) -> None:
+def restore(preimage: Mapping[str, Any], *, idempotency_key: str | None = None) -> Receipt:
     """Bring every target of a step back to its pre-image (the ``files.restore`` handler).
 
     Idempotent: targets already in their pre-image state are left alone.
+
+    Returns:
+        A :class:`~agent_saga.Receipt` of the files hashed again after the restore:
+        confirmed when each holds its old content (or, made by the step, is gone),
+        a mismatch naming the first that does not (someone wrote it right after).
 
     Args:
         preimage: What :func:`capture_preimage` recorded (``saga``, ``wal``, ``targets``).
@@ -241,6 +247,28 @@ def restore(preimage: Mapping[str, Any], *, idempotency_key: str | None = None) 
             _atomic_write(t["path"], store.get(saga_id, t["sha256"]), t["mode"])
         else:
             _unlink(t["path"])
+    return _read_back(targets)
+
+
+#: How many files a receipt names (its detail stays small; ``files`` counts them all).
+_RECEIPT_FILES = 8
+
+
+def _read_back(targets: list[Mapping[str, Any]]) -> Receipt:
+    """Hash every target again: does each hold what it held before the step?"""
+    named: list[dict[str, Any]] = []
+    wrong: str | None = None
+    for t in targets:
+        now = _digest_of(t["path"])
+        want = t["sha256"] if t["existed"] else None
+        if len(named) < _RECEIPT_FILES:
+            named.append({"path": str(t["path"])[-200:], "sha256": now})
+        if now != want and wrong is None:
+            state = f"sha256 {now}" if now else "missing"
+            was = f"sha256 {want}" if want else "no file"
+            wrong = f"{t['path']} reads back as {state} after the restore, not {was}"
+    detail = {"files": len(targets), "read_back": named}
+    return Receipt.confirmed(detail) if wrong is None else Receipt.mismatch(wrong, detail)
 
 
 def resolve(
@@ -282,7 +310,7 @@ def restore_handler(
     wal: str,
     targets: list[dict[str, Any]],
     idempotency_key: str | None = None,
-) -> None:
+) -> Receipt:
     """The ``files.restore`` handler: :func:`restore` called with the pre-image's keys.
 
     Args:
@@ -292,10 +320,13 @@ def restore_handler(
         targets: The captured targets.
         idempotency_key: The recovery token (passed on).
 
+    Returns:
+        The receipt of :func:`restore`.
+
     Raises:
         FileChangedConcurrently: As for :func:`restore`.
     """
-    restore(
+    return restore(
         {"op": op, "saga": saga, "wal": wal, "targets": targets}, idempotency_key=idempotency_key
     )
 

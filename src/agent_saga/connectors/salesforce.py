@@ -58,6 +58,7 @@ from typing import Any
 from .. import (
     ActionSemantics,
     Compensation,
+    Receipt,
     Resolution,
     SagaUsageError,
     register_handler,
@@ -114,7 +115,7 @@ def restore(
     before: Mapping[str, Any] | None = None,
     after: Mapping[str, Any] | None = None,
     idempotency_key: str | None = None,
-) -> str:
+) -> Receipt:
     """Undo one record change if nobody changed the record since (``salesforce.restore``).
 
     ``update``: PATCH ``before`` back (with ``If-Unmodified-Since``) while the record's
@@ -133,7 +134,10 @@ def restore(
         idempotency_key: The recovery token (unused: the record's state is the guard).
 
     Returns:
-        ``"restored"`` or ``"already"``.
+        A :class:`~agent_saga.Receipt` of the record read back after the restore:
+        confirmed when it holds ``before`` again (an update) or is gone (a create),
+        a mismatch otherwise (someone wrote it right after). ``detail["outcome"]`` is
+        ``"restored"``, or ``"already"`` when there was nothing left to do.
 
     Raises:
         TargetChanged: the record changed since this step; it is not overwritten.
@@ -143,7 +147,38 @@ def restore(
     """
     valid(sobject, record_id, list(before or {}))
     with Org(session) as org:
-        return _restore(org, op, sobject, record_id, last_modified, before, after)
+        outcome = _restore(org, op, sobject, record_id, last_modified, before, after)
+        return _read_back(org, op, sobject, record_id, before, outcome)
+
+
+def _read_back(
+    org: Org,
+    op: str,
+    sobject: str,
+    record_id: str,
+    before: Mapping[str, Any] | None,
+    outcome: str,
+) -> Receipt:
+    """Read the record after the restore: is it what it was before the step?"""
+    label = record_label(sobject, record_id)
+    detail: dict[str, Any] = {"record": label, "outcome": outcome}
+    names = list(before or {}) if op == "update" else []
+    now = read(org, sobject, record_id, names)
+    if op == "create":
+        if now is None:
+            return Receipt.confirmed(detail)
+        return Receipt.mismatch(f"{label} still exists after it was deleted", detail)
+    if now is None:
+        return Receipt.mismatch(f"{label} no longer exists after the restore", detail)
+    assert before is not None
+    detail["last_modified"] = now["LastModifiedDate"]
+    differs = sorted(n for n in names if now[n] != before[n])
+    if differs:
+        return Receipt.mismatch(
+            f"{label} was restored, but reads back with {', '.join(differs)} changed again",
+            detail,
+        )
+    return Receipt.confirmed(detail)
 
 
 def _restore(
@@ -261,7 +296,7 @@ register_handler(RESOLVER, resolve)
 # ---- the tools -------------------------------------------------------------------------
 
 
-def _restore_in_process(**kw: Any) -> str:
+def _restore_in_process(**kw: Any) -> Receipt:
     return restore(**kw)
 
 

@@ -52,12 +52,13 @@ send the key elsewhere. Called from a framework's tool (LangGraph, CrewAI ...), 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from .. import (
     ActionSemantics,
     Compensation,
+    Receipt,
     Resolution,
     SagaUsageError,
     register_handler,
@@ -77,6 +78,8 @@ from ._stripe_io import Protocol, Request, configure, load_sdk, run, run_async
 
 __all__ = [
     "REFUND_HANDLER",
+    "REFUND_STATUS_HANDLER",
+    "REFUND_WINDOW_SECONDS",
     "REPLAY_WINDOW_SECONDS",
     "RESOLVER",
     "configure",
@@ -86,10 +89,14 @@ __all__ = [
     "create_payment_intent_async",
     "refund",
     "refund_async",
+    "refund_status",
     "resolve",
 ]
 
 REFUND_HANDLER = "stripe.refund"
+REFUND_STATUS_HANDLER = "stripe.refund_status"
+#: How long after a charge its refund is still accepted (what undo plans with).
+REFUND_WINDOW_SECONDS = 180 * 86400
 RESOLVER = "stripe.resolve"
 #: Stripe keeps idempotency keys for 24 hours; replay only well inside that.
 REPLAY_WINDOW_SECONDS = 23 * 3600
@@ -99,7 +106,7 @@ REPLAY_WINDOW_SECONDS = 23 * 3600
 
 def _refund_protocol(
     charge: str | None, payment_intent: str | None, amount: int | None, token: str | None
-) -> Protocol:
+) -> Generator[Request, Any, tuple[str, Any]]:
     params: dict[str, Any] = {"charge": charge} if charge else {"payment_intent": payment_intent}
     if amount is not None:
         params["amount"] = amount
@@ -109,9 +116,58 @@ def _refund_protocol(
         made = yield Request("refunds", "create", params=params, idempotency_key=token)
     except ServiceRejected as exc:
         if exc.code == "charge_already_refunded":
-            return "already refunded"
+            ch = charge or None
+            if ch is None:
+                pi = yield Request("payment_intents", "retrieve", args=(payment_intent,))
+                latest = getattr(pi, "latest_charge", None)
+                ch = str(getattr(latest, "id", latest)) if latest is not None else None
+            found = (yield Request("charges", "retrieve", args=(ch,))) if ch else None
+            return "already refunded", found
         raise
-    return str(made.id)
+    # Read it back: a replayed key returns the refund as it was first answered.
+    now = yield Request("refunds", "retrieve", args=(str(made.id),))
+    return str(made.id), now
+
+
+def _refund_receipt(api_key: CredentialRef, answer: tuple[str, Any]) -> Receipt:
+    """What the refund's read-back proves: succeeded, pending (followed), or failed."""
+    refund_id, obj = answer
+    if refund_id == "already refunded":
+        detail: dict[str, Any] = {"refund": None, "note": "charge_already_refunded"}
+        if obj is None:
+            return Receipt.mismatch("Stripe said already refunded; the charge was not found")
+        detail["charge"] = str(obj.id)
+        detail["amount_refunded"] = int(getattr(obj, "amount_refunded", 0) or 0)
+        if getattr(obj, "refunded", False):
+            return Receipt.confirmed(detail)
+        return Receipt.mismatch(
+            f"Stripe said already refunded, but charge {obj.id} is not refunded in full", detail
+        )
+    return _status_receipt(api_key, obj)
+
+
+def _status_receipt(api_key: CredentialRef, obj: Any) -> Receipt:
+    """A refund object as a :class:`Receipt` (``stripe.refund_status`` follows pending ones)."""
+    status = str(getattr(obj, "status", "") or "")
+    detail = {
+        "refund": str(obj.id),
+        "status": status,
+        "amount": int(getattr(obj, "amount", 0) or 0),
+        "charge": str(getattr(obj, "charge", "") or ""),
+    }
+    if status == "succeeded":
+        return Receipt.confirmed(detail)
+    if status in ("pending", "requires_action"):
+        return Receipt.awaiting(
+            REFUND_STATUS_HANDLER, {"api_key": api_key, "refund": str(obj.id)}, detail
+        )
+    why = getattr(obj, "failure_reason", None)
+    return Receipt.mismatch(
+        f"Stripe refund {obj.id} is {status or 'in no known status'}"
+        + (f" ({why})" if why else "")
+        + ": the money was not returned",
+        detail,
+    )
 
 
 def _check_refund(charge: Any, payment_intent: Any, amount: Any, api_key: Any) -> None:
@@ -132,8 +188,8 @@ def refund(
     payment_intent: str | None = None,
     amount: int | None = None,
     idempotency_key: str | None = None,
-) -> str:
-    """Refund a charge or PaymentIntent, once (the ``stripe.refund`` handler).
+) -> Receipt:
+    """Refund a charge or PaymentIntent, once, and read it back (the ``stripe.refund`` handler).
 
     Args:
         api_key: CredentialRef of the Stripe secret key.
@@ -144,16 +200,19 @@ def refund(
         idempotency_key: The step's recovery token: every run with it refunds once.
 
     Returns:
-        The refund id, or ``"already refunded"`` when Stripe answered
-        ``charge_already_refunded`` (counted as done).
+        A :class:`~agent_saga.Receipt` of the refund read back: confirmed
+        (``succeeded``; ``detail["refund"]`` is its id), awaiting (``pending``:
+        ``saga-recoveryd`` follows it with ``stripe.refund_status``) or a mismatch
+        (``failed`` / ``canceled``: escalated). ``charge_already_refunded`` is
+        confirmed when the charge reads back refunded in full.
 
     Raises:
         ServiceRejected: Stripe refused the refund (e.g. a disputed charge).
         ServiceOutcomeUnknown: network error or 5xx; retry with the same key.
     """
     _check_refund(charge, payment_intent, amount, api_key)
-    result: str = run(api_key, _refund_protocol(charge, payment_intent, amount, idempotency_key))
-    return result
+    answer = run(api_key, _refund_protocol(charge, payment_intent, amount, idempotency_key))
+    return _refund_receipt(api_key, answer)
 
 
 async def refund_async(
@@ -163,7 +222,7 @@ async def refund_async(
     payment_intent: str | None = None,
     amount: int | None = None,
     idempotency_key: str | None = None,
-) -> str:
+) -> Receipt:
     """:func:`refund` without blocking the event loop (used by async sagas in-process).
 
     Args:
@@ -177,8 +236,33 @@ async def refund_async(
     """
     _check_refund(charge, payment_intent, amount, api_key)
     protocol = _refund_protocol(charge, payment_intent, amount, idempotency_key)
-    result: str = await run_async(api_key, protocol)
-    return result
+    answer = await run_async(api_key, protocol)
+    return _refund_receipt(api_key, answer)
+
+
+def refund_status(*, api_key: CredentialRef, refund: str) -> Receipt:
+    """Read a refund again (the ``stripe.refund_status`` follow handler of a pending one).
+
+    Args:
+        api_key: CredentialRef of the Stripe secret key.
+        refund: The refund's id (``re_…``).
+
+    Returns:
+        Confirmed once ``succeeded``, still awaiting while ``pending``, a mismatch once
+        ``failed`` or ``canceled``.
+
+    Raises:
+        ServiceError: Stripe could not be asked (the daemon tries again next pass).
+    """
+    if not isinstance(refund, str) or not refund:
+        raise SagaUsageError("refund must be a Stripe refund id (re_…)")
+    check_ref(api_key, "api_key")
+    obj = run(api_key, _retrieve_refund(refund))
+    return _status_receipt(api_key, obj)
+
+
+def _retrieve_refund(refund_id: str) -> Protocol:
+    return (yield Request("refunds", "retrieve", args=(refund_id,)))
 
 
 # ---- the forward requests -------------------------------------------------------------
@@ -213,6 +297,9 @@ def _outcome(obj: Any) -> dict[str, Any]:
         "currency": str(obj.currency),
         "status": str(obj.status),
     }
+    created = getattr(obj, "created", None)
+    if isinstance(created, int) and not isinstance(created, bool):
+        out["created"] = created
     if latest is not None:
         out["latest_charge"] = str(getattr(latest, "id", latest))
     return out
@@ -241,7 +328,11 @@ def _capture(**kw: Any) -> dict[str, Any]:
 
 def _compensation_for(out: Mapping[str, Any], api_key: Any, fn: Any) -> Compensation:
     target = {"charge": out["id"]} if out["object"] == "charge" else {"payment_intent": out["id"]}
-    return Compensation(fn=fn, handler=REFUND_HANDLER, kwargs={**target, "api_key": api_key})
+    created = out.get("created")
+    until = created + REFUND_WINDOW_SECONDS if isinstance(created, int) else None
+    return Compensation(
+        fn=fn, handler=REFUND_HANDLER, kwargs={**target, "api_key": api_key}, undo_until=until
+    )
 
 
 def _factory(fn: Any) -> Any:
@@ -536,4 +627,5 @@ def resolve(
 
 
 register_handler(REFUND_HANDLER, refund)
+register_handler(REFUND_STATUS_HANDLER, refund_status)
 register_handler(RESOLVER, resolve)

@@ -51,10 +51,12 @@ from ..wal import records as R
 from ..wal.deferred import DeferredFold
 from ..wal.limits import UsageFold
 from ..wal.reader import Damage, Record
+from ..wal.receipts import ReceiptFold
 from ..wal.state import SagaFold, SagaView, StepView
 from ..wal.store import LogStore, LogWriter, open_store
 from ._deferred_takeover import DeferredTakeover
 from ._gauges import pass_gauges
+from ._receipts import ReceiptFollower
 from ._retries import RetryCarrier, saga_detail, unwind_order
 from ._undo_takeover import UndoTakeover
 from ._verify import DEFAULT_EVERY, DEFAULT_SECONDS, LogAudit, audit_keys
@@ -79,6 +81,8 @@ class PassReport:
     retried: int = 0  # escalated steps retried at an operator's request
     undos: int = 0  # undos of committed sagas finished for an undoer that died
     deferred: int = 0  # deferred steps of committed sagas run for a committer that died
+    verified: int = 0  # pending compensations that became final and verified
+    in_doubt: int = 0  # pending compensations still not final (followed again next pass)
     compensated: int = 0
     no_effect: int = 0
     escalated: int = 0
@@ -93,7 +97,7 @@ class PassReport:
         return asdict(self)
 
 
-class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover):
+class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover, ReceiptFollower):
     """Scans one WAL and finishes the sagas whose owners died.
 
     Args:
@@ -140,6 +144,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover):
         self._fold = _new_fold()
         self._usage = UsageFold()  # budgets' and rate limits' use, for the metrics
         self._deferred = DeferredFold()  # committed sagas' deferred steps not run yet
+        self._receipts = ReceiptFold()  # compensations accepted but not final yet
         self._offset = 0
         self._identity: object = None
         self._reported: set[int] = set()
@@ -196,6 +201,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover):
                 self._fold.apply(item.data, item.offset)
                 self._usage.apply(item.data)
                 self._deferred.apply(item.data)
+                self._receipts.apply(item.data)
                 self._offset = item.end
                 self._report.records_read += 1
                 continue
@@ -225,6 +231,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover):
             self._fold = _new_fold()
             self._usage = UsageFold()
             self._deferred = DeferredFold()
+            self._receipts = ReceiptFold()
             self._offset = 0
             self._corrupt.clear()
             self._reported.clear()
@@ -263,6 +270,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover):
             if self._stop.is_set():
                 break
             self._finish_deferred(deferred)
+        self._follow_receipts()
         self._seal_if_due()
         self._audit.forget(lambda saga: self._fold.get(saga) is not None)
         self._emit("pass_complete", **self._report.as_dict())

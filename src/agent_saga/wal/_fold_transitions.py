@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from . import records as r
 from ._fold_approvals import ApprovalTransitions
+from ._fold_receipts import apply_compensated, apply_verified, doubt_of, escalation_doubt
 from .status import (
     CLOSED_BY_COMPENSATION,
     CLOSED_BY_PERSON,
@@ -172,6 +173,7 @@ class FoldTransitions(ApprovalTransitions):
                 s.state = "compensating"
         elif rtype == r.COMPENSATED:
             s.state, s.compensated_by, s.final_failure = "compensated", rec["by"], False
+            apply_compensated(s, rec)
         else:
             s.error, s.final_failure = rec["error"], rec["final"]
             if s.state != "compensated":
@@ -187,6 +189,7 @@ class FoldTransitions(ApprovalTransitions):
             v.escalations.append(eid)
         if step is not None:
             s = self._step(v, rec, off)
+            self._escalations[eid].doubt = escalation_doubt(rec, s)
             s.escalation = eid
             if s.state != "compensated":
                 s.state = "escalated"
@@ -194,6 +197,21 @@ class FoldTransitions(ApprovalTransitions):
         v.history.append(HistoryEvent("escalated", rec["by"], when(ts), detail))
         if v.terminal:
             self._restatus(v)
+
+    def _verified(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """``compensation_verified``: a pending compensation became final (§12.6)."""
+        s = v.steps.get(rec["step"])
+        if s is None or not apply_verified(s, rec):
+            return
+        outcome = s.verification or ""
+        detail = f"step {s.step}: {outcome}" + (f": {s.verify_reason}" if s.verify_reason else "")
+        v.history.append(HistoryEvent("compensation_verified", rec["by"], when(ts), detail))
+        if v.terminal:
+            self._restatus(v)
+            held = self._ended.get(v.saga_id)
+            if held is not None and self._forget and not self._held_for(held):
+                del self._ended[v.saga_id]
+                self._settle(held)
 
     def _claim(self, v: SagaView, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         v.claims.append(ClaimView(rec["by"], float(rec["expires"]), rec["fence"], off, ts))
@@ -328,9 +346,10 @@ class FoldTransitions(ApprovalTransitions):
         claims = [c for e in escalations if (c := retry_claim(e)) is not None]
         v.retrying = max(claims, key=lambda c: c.expires) if claims else None
         assert v.outcome is not None
-        v.status = ended_status(
-            v.outcome, [escalation_state(e) for e in escalations], undo_state(v.undos)
-        )
+        states = [escalation_state(e) for e in escalations]
+        still_open = [e for e, st in zip(escalations, states, strict=True) if st == OPEN]
+        doubt = doubt_of(v.steps.values(), still_open)
+        v.status = ended_status(v.outcome, states, undo_state(v.undos), doubt=doubt)
 
     def _await(self, v: SagaView) -> None:
         """Its detail goes while an escalation is open: keep what its status needs."""
@@ -367,16 +386,19 @@ class FoldTransitions(ApprovalTransitions):
             return
         outcome, states = entry
         now: list[str] = []
+        doubt = False
         for eid, known in states.items():
             if known is None:
                 e = self._escalations.get(eid)
                 state = OPEN if e is None else escalation_state(e)
                 if state in (CLOSED_BY_PERSON, CLOSED_BY_COMPENSATION):
                     states[eid] = state  # its view may be dropped now: remember how it closed
+                doubt = doubt or (state == OPEN and e is not None and e.doubt)
                 now.append(state)
             else:
                 now.append(known)
-        self._summaries[saga_id] = (ended_status(outcome, now), summary[1], outcome)
+        status = ended_status(outcome, now, doubt=doubt)
+        self._summaries[saga_id] = (status, summary[1], outcome)
         if all(s in (CLOSED_BY_PERSON, CLOSED_BY_COMPENSATION) for s in now):
             del self._awaiting[saga_id]
 
@@ -394,6 +416,8 @@ class FoldTransitions(ApprovalTransitions):
         """Whether ``v`` may still change: an escalation or an undo is open, or one is due."""
         if self._open_for(v) or any(u.outcome is None for u in v.undos):
             return True
+        if any(s.verification == "pending" for s in v.steps.values()):
+            return True  # saga-recoveryd's compensation_verified is still to come
         return v.saga_id in self._hold and not v.undos
 
     # -- undo after commit (docs/log-format.md §12.5) -------------------------------
@@ -537,6 +561,7 @@ APPLY: Final = {
     r.ESCALATED: FoldTransitions._escalated,
     r.CLAIM: FoldTransitions._claim,
     r.SAGA_END: FoldTransitions._end,
+    r.COMPENSATION_VERIFIED: FoldTransitions._verified,
     r.UNDO_REQUESTED: FoldTransitions._undo_too_early,
     r.UNDONE: FoldTransitions._undo_too_early,
 }

@@ -59,6 +59,7 @@ from .format import HEADER, HEADER_SIZE, decode_payload, encode_record
 from .lease import ProcessLock
 from .limits import LimitSpec, longest_window
 from .reader import Damage, Record, scan
+from .receipts import ReceiptFold
 from .snapshots import SnapshotStore, fsync_dir
 from .state import SagaFold
 from .tail import (
@@ -472,7 +473,7 @@ def _decide_items(
     fold = SagaFold(forget_terminal=True)
     esc_saga: dict[str, str] = {}
     metered = _MeteredSagas()
-    deferred = DeferredFold()
+    deferred, receipts = DeferredFold(), ReceiptFold()
     undoable: dict[str, float] = {}  # saga -> saga_end.undo_until
     records, damages = 0, []
     for item in items:
@@ -486,6 +487,7 @@ def _decide_items(
         fold.apply(data, item.offset)
         metered.apply(data)
         deferred.apply(data)
+        receipts.apply(data)
         esc, saga = data.get("escalation"), data.get("saga")
         until = data.get("undo_until")
         if data.get("type") == r.SAGA_END and isinstance(saga, str) and _is_time(until):
@@ -496,6 +498,7 @@ def _decide_items(
     open_esc |= metered.still_counted(now)  # a use inside an open limit window
     open_esc |= {u.saga_id for u in fold.open_undos()}  # an undo after commit not done
     open_esc |= {d.saga_id for d in deferred.waiting()}  # deferred steps still to run
+    open_esc |= receipts.sagas()  # a compensation saga-recoveryd still follows (§12.6)
     within = {s for s, until in undoable.items() if until > now}  # still undoable (§12.5)
     open_esc |= within
     drop: set[str] = set()

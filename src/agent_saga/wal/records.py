@@ -16,8 +16,10 @@ Record types and their fields (``ts`` — wall-clock seconds — is on every rec
                         durable compensation), kwargs (the compensation's), token
 ``forward_failed``      saga, step, attempt, outcome ("no_effect"|"unknown"), error
 ``compensating``        saga, step, token, by
-``compensated``         saga, step, token, by, [outcome]
+``compensated``         saga, step, token, by, [outcome], [verified, pending, receipt,
+                        reason, follow] (§12.6)
 ``compensation_failed`` saga, step, token, by, attempt, error, final (bool)
+``compensation_verified`` saga, step, token, verified, receipt, by, [reason] (§12.6)
 ``escalated``           saga, step (int or null), escalation, reason, by
 ``escalation_resolved`` escalation, note, by
 ``claim``               saga, by, expires (wall-clock seconds), fence (int)
@@ -75,6 +77,7 @@ __all__ = [
     "COMPENSATED",
     "COMPENSATING",
     "COMPENSATION_FAILED",
+    "COMPENSATION_VERIFIED",
     "DEFERRED",
     "DEFERRED_DONE",
     "ESCALATED",
@@ -117,6 +120,7 @@ FORWARD_FAILED: Final = "forward_failed"
 COMPENSATING: Final = "compensating"
 COMPENSATED: Final = "compensated"
 COMPENSATION_FAILED: Final = "compensation_failed"
+COMPENSATION_VERIFIED: Final = "compensation_verified"
 ESCALATED: Final = "escalated"
 ESCALATION_RESOLVED: Final = "escalation_resolved"
 CLAIM: Final = "claim"
@@ -156,6 +160,7 @@ RECORD_TYPES: Final = frozenset(
         COMPENSATING,
         COMPENSATED,
         COMPENSATION_FAILED,
+        COMPENSATION_VERIFIED,
         ESCALATED,
         ESCALATION_RESOLVED,
         CLAIM,

@@ -286,6 +286,8 @@ class SagaFold(FoldTransitions):
         rtype = rec["type"]
         if rtype == r.CLAIM and "retry" in rec:
             return True  # only ever written for an operator's retry, after saga_end
+        if rtype == r.COMPENSATION_VERIFIED:
+            return True  # only ever written by saga-recoveryd, after saga_end
         if rtype == r.UNDO_REQUESTED or self._undo_of(rec, saga_id) is not None:
             return True  # undo after commit: only ever after saga_end
         if self._of_deferred(rec, saga_id):
@@ -300,8 +302,8 @@ class SagaFold(FoldTransitions):
             return  # a retry's claim never shows in a saga's view, forgotten or not
         if rec["type"] == r.UNDO_REQUESTED or self._undo_of(rec, saga_id) is not None:
             return  # an undo after commit is expected after the end
-        if self._of_deferred(rec, saga_id):
-            return  # so is a deferred step's run
+        if self._of_deferred(rec, saga_id) or rec["type"] == r.COMPENSATION_VERIFIED:
+            return  # so is a deferred step's run, and a pending compensation's settling
         self.late_records += 1
         if len(self.late_examples) < 10:
             self.late_examples.append((off, saga_id, rec["type"]))
@@ -320,6 +322,8 @@ class SagaFold(FoldTransitions):
         rtype = rec["type"]
         if self._of_deferred(rec, saga_id):
             return True  # a deferred step runs after its saga committed: wal/deferred.py
+        if rtype == r.COMPENSATION_VERIFIED:
+            return forgotten  # saga-recoveryd settled a pending compensation (§12.6)
         undo = self._undo_record(
             rec, saga_id, off, ts, None if forgotten else self._ended.get(saga_id)
         )

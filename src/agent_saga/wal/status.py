@@ -38,6 +38,7 @@ __all__ = [
     "ESCALATED",
     "ESCALATION_STATES",
     "HISTORY_EVENTS",
+    "IN_DOUBT",
     "LOGGED_STATUSES",
     "ORPHANED",
     "RECOVERING",
@@ -61,6 +62,7 @@ ROLLING_BACK: Final = "rolling_back"
 RECOVERING: Final = "recovering"
 ORPHANED: Final = "orphaned"
 ESCALATED: Final = "escalated"
+IN_DOUBT: Final = "in_doubt"
 RESOLVED: Final = "resolved"
 ROLLED_BACK: Final = "rolled_back"
 COMMITTED: Final = "committed"
@@ -75,6 +77,9 @@ SAGA_STATES: Final[Mapping[str, str]] = MappingProxyType(
         "or carrying out an operator's retry of one of its escalations",
         ORPHANED: "not ended, no live owner and no daemon: the next saga-recoveryd "
         "pass takes it over",
+        IN_DOUBT: "ended, and a step's outcome is not known: a compensation accepted but "
+        "not final yet (saga-recoveryd follows it), one that did not read back as undone, "
+        "or a step whose call may have landed — with an escalation open for a person",
         ESCALATED: "an escalation is open: a person must act",
         RESOLVED: "ended; every escalation is closed, at least one by a person "
         "(`escalations resolve`), who took responsibility for what the library did not undo",
@@ -128,6 +133,8 @@ HISTORY_EVENTS: Final[Mapping[str, str]] = MappingProxyType(
         "or an approver approved it (who, why)",
         "deferred": "a defer=True call was gated and recorded; it runs once the saga commits",
         "deferred_done": "a deferred call ran after the commit (done), or was escalated",
+        "compensation_verified": "a pending compensation became final: verified, or not "
+        "(then escalated)",
     }
 )
 """What a saga's ``history`` lists, one entry per fact (``SagaView.history``)."""
@@ -193,7 +200,9 @@ def live_status(*, claimed: bool, undoing: bool) -> str:
     return ROLLING_BACK if undoing else RUNNING
 
 
-def ended_status(outcome: str, escalations: Iterable[str], undo: str | None = None) -> str:
+def ended_status(
+    outcome: str, escalations: Iterable[str], undo: str | None = None, *, doubt: bool = False
+) -> str:
     """The status of a saga with ``saga_end``, from its outcome and its escalations.
 
     In order: ``recovering`` while a daemon carries out a retry; ``escalated`` while
@@ -204,13 +213,16 @@ def ended_status(outcome: str, escalations: Iterable[str], undo: str | None = No
     ``escalated`` without any escalation the reader knows of stays ``escalated``
     (fail closed). An undo after commit: ``undoing`` while it is open (before
     ``escalated``: its own escalations are part of it), ``undone`` once done with no
-    escalation open.
+    escalation open. ``in_doubt`` (after ``undoing``, before ``escalated``) while a
+    step's outcome is not known: a pending compensation, or an open escalation of a
+    step whose outcome is unknown or whose undo did not verify.
 
     Args:
         outcome: ``saga_end.outcome``.
         escalations: :func:`escalation_state` of each of its escalations.
         undo: ``"open"`` while an undo after commit is not done, ``"undone"`` once
             one ended undone, else None.
+        doubt: A step's outcome is in doubt (see above).
 
     Returns:
         One of :data:`SAGA_STATUSES`.
@@ -220,6 +232,8 @@ def ended_status(outcome: str, escalations: Iterable[str], undo: str | None = No
         return RECOVERING
     if undo == "open":
         return UNDOING
+    if doubt:
+        return IN_DOUBT
     if OPEN in seen:
         return ESCALATED
     if CLOSED_BY_PERSON in seen:

@@ -88,6 +88,9 @@ class EscalationView:
     resolved_ts: float | None = None
     resolved_offset: int | None = None
     retry: RetryView | None = None
+    #: The step's outcome is in doubt (unknown, or its undo did not verify): while
+    #: open, the saga's status is ``in_doubt`` rather than ``escalated``.
+    doubt: bool = False
 
 
 @dataclass(slots=True)
@@ -311,6 +314,12 @@ class StepView:
         invalid: Why the compensation recorded with ``committed`` is not valid.
         undo_until: The service's own limit on the compensation (``committed``).
         trace: The latest intent's ``trace`` (W3C traceparent), when it was traced.
+        verification: Of its compensation (§12.6): ``verified`` (read back, matched),
+            ``unverified`` (read back, did not match), ``pending`` (accepted, not
+            final: the daemon follows it), ``unchecked`` (ran, nothing read back), or
+            None (not compensated, or a resolver proved nothing landed).
+        receipt / verify_reason: The compensation's receipt and, when it did not
+            verify, why.
     """
 
     step: int
@@ -335,6 +344,9 @@ class StepView:
     invalid: str | None = None
     undo_until: float | None = None
     trace: str | None = None
+    verification: str | None = None
+    receipt: dict[str, Any] | None = None
+    verify_reason: str | None = None
     attempt_states: dict[int, str] = field(default_factory=dict)
     attempt_offsets: dict[int, int] = field(default_factory=dict)
     first_offset: int = 0
@@ -348,6 +360,11 @@ class StepView:
             if candidate in states:
                 return candidate
         return "no_effect"
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Whether no attempt is known to have completed and one may have landed."""
+        return self._derive_forward_state() in ("intent", "unknown")
 
     @property
     def unknown_attempts(self) -> list[int]:

@@ -9,7 +9,7 @@ import { renderCheckpoint, verifyBadge } from "/static/verify.js";
 // The saga statuses of docs/concepts.md ("States"); the server lists them in meta.statuses.
 const LABEL = {
   running: "running", rolling_back: "rolling back", recovering: "recovering", orphaned: "orphaned",
-  escalated: "escalated", resolved: "resolved by a person", rolled_back: "rolled back",
+  in_doubt: "in doubt", escalated: "escalated", resolved: "resolved by a person", rolled_back: "rolled back",
   committed: "committed", undoing: "undoing", undone: "undone",
 };
 // A saga's history (docs/concepts.md): who did what, and when.
@@ -19,6 +19,12 @@ const HISTORY = {
   compensation_failed: "compensation failed", resolved: "resolved",
   undo_requested: "undo requested", undone: "undone", undo_gated: "undo gated",
   deferred: "deferred", deferred_done: "deferred call run",
+  compensation_verified: "compensation verified",
+};
+// What a step's compensation proved (docs/undo.md, "Verified undo").
+const VERIFIED = {
+  verified: "compensated (verified)", unchecked: "compensated (unverified: nothing read back)",
+  unverified: "in doubt: it did not read back as undone", pending: "in doubt: accepted, not final yet",
 };
 const POLL_MS = 1000;
 const S = {
@@ -619,7 +625,10 @@ function renderInspector(d, p, now) {
     "token", h("div", { class: "mono", text: s.token || "–" }),
     "ran", s.undo ? `${fmtTime(s.undo.start)} → ${fmtTime(s.undo.end)} (${fmtDur(s.undo.duration) || "unfinished"}; ${count(s.undo_runs.length, "run")})` : "not run",
     "outcome", s.undo ? (s.undo.outcome || "in progress") : "–",
-    "compensated by", s.compensated_by));
+    "compensated by", s.compensated_by,
+    "verification", h("div", { id: "insp-verification", dataset: { verification: s.verification || "" },
+      text: s.verification ? `${VERIFIED[s.verification] || s.verification}${s.verify_reason ? " — " + s.verify_reason : ""}` : "–" })));
+  if (s.receipt) comp.append(h("div", { class: "muted small", text: "receipt (what the compensation read back):" }), valueBlock(s.receipt));
   comp.append(h("div", { class: "muted small", text: "kwargs passed to the handler:" }), valueBlock(s.compensation_kwargs));
   if (s.undo_runs.length) {
     comp.append(h("div", { class: "muted small", text: "undo runs, oldest first (an operator's retry is a run of its own):" }),

@@ -252,6 +252,12 @@ def test_a_charge_a_row_and_a_file_are_undone_newest_first_and_a_second_undo_is_
     assert in_log_order(shop, sid, R.COMPENSATING) == tokens
     assert in_log_order(shop, sid, R.COMPENSATED) == tokens
     assert shop.status(sid) == "undone"
+    # Each connector read its work back: compensated (verified), with its receipt.
+    receipts = {d["step"]: d for d in shop.records(R.COMPENSATED) if d["saga"] == sid}
+    assert {n: d["verified"] for n, d in receipts.items()} == {3: True, 2: True, 1: True}
+    assert receipts[3]["receipt"]["read_back"][0]["sha256"] == sha256(PAID)
+    assert receipts[2]["receipt"]["row"] == "public.undo_orders(id=1)"
+    assert receipts[1]["receipt"]["status"] == "succeeded"
     # At the services: everything is back, each once ...
     assert shop.file() == PAID
     assert shop.row() == "paid"

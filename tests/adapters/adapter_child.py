@@ -22,7 +22,6 @@ from drivers import driver
 from scripted import Call
 
 from agent_saga import AllowList
-from agent_saga._crash import arm
 from agent_saga.testing import arm_crash
 
 
@@ -30,7 +29,7 @@ async def deferred(framework: str, wal: str) -> None:
     fw = driver(framework)
     tool = fw.wrap(fw.native(send_email), semantics=IRREVERSIBLE, defer=True)
     target = fw.target([tool], [[Call("send_email", {"to": "ann@example.com"})], "done"])
-    arm("deferred.after_commit")  # testing.arm_crash does not list this point
+    arm_crash("deferred.after_commit")
     await fw.run(target, wal_path=wal, lease_seconds=0.3, approver=AllowList({"send_email"}))
     print("not killed", flush=True)
 

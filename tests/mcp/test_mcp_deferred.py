@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import textwrap
 from typing import Any
 
 import pytest
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_rig import POLICY, Rig, text, wait_for
 
 from agent_saga.mcp import PolicyError, parse_policy
+from mcp import ClientSession
 
 pytestmark = pytest.mark.slow
 
@@ -220,3 +223,52 @@ def test_defer_loads_on_an_irreversible_tool_and_defaults_to_off() -> None:
         '[tools.send_email]\nsemantics = "irreversible"\ndefer = false\n', file="p.toml"
     )
     assert off.tools["send_email"].defer is False
+
+
+async def test_a_deferred_call_pending_when_the_proxy_died_after_the_commit_is_escalated(
+    rig: Rig,
+) -> None:
+    """The proxy holds the MCP server and its request: the daemon escalates, never resends.
+
+    The proxy is SIGKILLed right after its saga's ``saga_end`` (crash point
+    ``deferred.after_commit``), before it sends the deferred call; ``saga-recoveryd``
+    then finds the committed saga's deferred step not done and escalates it — the
+    e-mail is never sent by anyone on a guess, and a person sees why.
+    """
+    policy = rig.policy(DEFERRED_POLICY)
+    crashing = (
+        "import sys; from agent_saga.testing import arm_crash; "
+        "arm_crash('deferred.after_commit'); from agent_saga.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-c", crashing, *rig.proxy_args(policy)],
+        env=rig.env,
+        cwd=str(rig.tmp),
+    )
+    with open(rig.tmp / "proxy.stderr", "a", encoding="utf-8") as errlog:  # noqa: ASYNC230
+        async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            answer = await _approved_call(rig, s, "send_email", {"to": "a@b.c", "body": "hi"})
+            assert SCHEDULED.fullmatch(text(answer)), text(answer)
+    records = _records(rig)
+    (end,) = [x for x in records if x["type"] == "saga_end"]
+    assert (end["outcome"], end["deferred"]) == ("committed", [1])
+    assert [x for x in records if x["type"] == "deferred_done"] == []
+    assert rig.ops("email") == [], "the proxy died before sending it"
+
+    def escalated() -> list[dict[str, Any]] | None:
+        done = rig.recoveryd("--once")
+        assert done.returncode == 0, done.stderr
+        found = [x for x in _records(rig) if x["type"] == "deferred_done"]
+        return found or None
+
+    (done,) = wait_for(escalated, what="the daemon's deferred_done")
+    assert (done["step"], done["outcome"]) == (1, "escalated")
+    assert rig.ops("email") == [], "never sent by the daemon"
+    (escalation,) = rig.escalations()
+    assert "not registered in this saga-recoveryd" in json.dumps(escalation)
+    again = rig.recoveryd("--once")  # a later pass finds nothing left to do
+    assert again.returncode == 0, again.stderr
+    assert len([x for x in _records(rig) if x["type"] == "deferred_done"]) == 1

@@ -88,8 +88,12 @@ class StepTrace(Protocol):
 class CompensationTrace(Protocol):
     """An observed compensation, from its first attempt to its end."""
 
-    def finish(self, error: BaseException | None) -> None:
-        """The compensation ended: undone (``error`` None) or failed for good."""
+    def finish(self, error: BaseException | None, verification: str | None = None) -> None:
+        """The compensation ended: undone (``error`` None) or failed for good.
+
+        ``verification``: what its receipt proved (``verified``, ``unverified``,
+        ``pending``, ``unchecked``), when it ran to the end.
+        """
         ...
 
 

@@ -242,7 +242,8 @@ def compensate(
     except BaseException as exc:
         trace.finish(exc)
         raise
-    trace.finish(error)
+    checked = receipt.outcome if receipt is not None else "unchecked"
+    trace.finish(error, None if error is not None else checked)
     return error, receipt
 
 

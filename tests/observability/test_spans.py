@@ -18,6 +18,7 @@ from agent_saga import (
     Decision,
     GateRefused,
     MaxArgument,
+    Receipt,
     saga,
     tool,
 )
@@ -38,8 +39,10 @@ TOOL_KIND = {
 undone: list[str] = []
 
 
-def _refund(charge_id: str) -> None:
+def _refund(charge_id: str) -> Receipt | None:
     undone.append(charge_id)
+    # b's refund is read back (a receipt); a's returns nothing: "unchecked"
+    return Receipt.confirmed({"charge": charge_id}) if charge_id == "ch_b" else None
 
 
 @tool(
@@ -195,8 +198,11 @@ def test_a_rolled_back_saga_links_each_compensation_span_to_its_forward_span(
         "agent_saga.compensation.tool": "charge",
         "agent_saga.compensation.by": log.owner,
         "agent_saga.compensation.outcome": "compensated",
+        "agent_saga.compensation.verification": "verified",
         **TOOL_KIND,
     }
+    assert second.attributes is not None
+    assert second.attributes["agent_saga.compensation.verification"] == "unchecked"
     assert restore.attributes is not None
     assert restore.attributes["agent_saga.compensation.by"] == "in-process"
     assert sg.attributes is not None

@@ -123,7 +123,7 @@ class _NoSaga:
 class _NoCompensation:
     __slots__ = ()
 
-    def finish(self, error: BaseException | None) -> None:
+    def finish(self, error: BaseException | None, verification: str | None = None) -> None:
         """Nothing to close."""
 
 

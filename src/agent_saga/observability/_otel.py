@@ -274,11 +274,13 @@ class CompensationSpan:
         )
         self._token = otel_context.attach(trace.set_span_in_context(self.span))
 
-    def finish(self, error: BaseException | None) -> None:
-        """``compensated``, or ``failed`` with the last error scrubbed."""
+    def finish(self, error: BaseException | None, verification: str | None = None) -> None:
+        """``compensated`` (and what its receipt proved), or ``failed``, error scrubbed."""
         span = self.span
         outcome = "compensated" if error is None else "failed"
         span.set_attribute(N.COMPENSATION_OUTCOME, outcome)
+        if verification is not None:
+            span.set_attribute(N.COMPENSATION_VERIFICATION, verification)
         if error is not None:
             name = type(error).__qualname__
             span.set_attribute(N.ERROR_TYPE, name)

@@ -12,7 +12,9 @@ yielded to the driver.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import os
+import socket
+from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -23,7 +25,7 @@ from ._registry import is_registered
 from ._types import ActionSemantics
 from ._undo import now
 from .errors import GateRefused, SecretInKwargs
-from .gate import ApprovalRequest, Decision, Policy, as_decision, run_policies
+from .gate import ApprovalRequest, Decision, Policy, as_decision, deny_all, run_policies
 from .secrets import assert_no_secrets, redact
 from .wal import records as R
 from .wal.halts import halt_blocking
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from ._tools import ToolSpec
 
 __all__ = [
+    "IN_PROCESS_TTL",
+    "approval_records",
     "approval_request",
     "ask_approver",
     "gate_record",
@@ -46,6 +50,8 @@ __all__ = [
 ]
 
 COMPENSABLE: Final = ActionSemantics.COMPENSABLE
+#: The ``ttl`` of the request an in-process approver answered within its call.
+IN_PROCESS_TTL: Final = 300.0
 
 
 def refuse(run: Run, step: Step, decision: Decision) -> Protocol:
@@ -121,20 +127,96 @@ def ask_approver(
     obs = _observe.observer
     if obs is not None:
         obs.approval_waiting(1)
+    request = approval_request(run, spec, step)
+    if usage is not None:
+        request = replace(request, usage=usage)
+    asked = now()
     try:
-        request = approval_request(run, spec, step)
-        if usage is not None:
-            request = replace(request, usage=usage)
         answer = yield Approve(scope.approver, request)
     except Exception as exc:  # a broken approver must not open the gate
-        return Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
+        answer = Decision.deny("approver", f"approver raised {type(exc).__name__}; refused")
     finally:
         if obs is not None:
             obs.approval_waiting(-1)
     decision = as_decision(answer, source=scope.approver)
+    if decision.approval is None and _records_for(scope.approver):
+        # One record for every approver (§12.3): the request and its decision, asked
+        # and answered within this call; the intent names it.
+        records, approval = approval_records(run, request, decision, scope.approver, asked)
+        yield from run.begin_records()  # the saga's first record stays its saga_begin
+        for record in records:
+            yield Submit(record)
+        decision = replace(decision, approval=approval)
     if step.obs is not None:
         step.obs.approval(decision, scope.approver)
     return decision
+
+
+def _records_for(approver: object) -> bool:
+    """Whether the gate writes the approval records of ``approver``'s decisions.
+
+    An approver says no with ``gate_records = False``: ``ApprovalQueue`` (it writes its
+    own), and the default :func:`~agent_saga.gate.deny_all` (no approver was
+    configured: nobody was asked).
+    """
+    return approver is not deny_all and getattr(approver, "gate_records", True) is not False
+
+
+def approval_records(
+    run: Run, request: ApprovalRequest, decision: Decision, approver: object, asked: float
+) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+    """``approval_requested`` and ``approval_decided`` of an in-process approver's answer.
+
+    The same records an ``ApprovalQueue`` and ``agent-saga approvals`` write
+    (``docs/log-format.md`` §12.3): bound to the call's digest, decided by
+    ``decision.decided_by`` with the approver's ``identity_how`` (default
+    ``approver``). Written after the answer, so no other decider ever sees the
+    request open.
+
+    Returns:
+        The two records, and the ``{request, digest}`` the intent records.
+    """
+    kwargs = dict(request.kwargs)
+    semantics = request.semantics.value
+    digest = R.call_digest(request.saga_id, request.step, request.tool, semantics, kwargs)
+    purpose = "approval" if request.usage is None else "approval/limit"
+    rid = R.approval_id(request.saga_id, request.step, purpose, digest)
+    how = getattr(approver, "identity_how", None)
+    requested: dict[str, Any] = {
+        "type": R.APPROVAL_REQUESTED,
+        "saga": request.saga_id,
+        "name": request.saga_name,
+        "step": request.step,
+        "tool": request.tool,
+        "semantics": semantics,
+        "kwargs": kwargs,
+        "request": rid,
+        "digest": digest,
+        "quorum": 1,
+        "ttl": IN_PROCESS_TTL,
+        "expires": asked + IN_PROCESS_TTL,
+        "agent": {"host": socket.gethostname(), "pid": os.getpid()},
+        "approver": getattr(approver, "name", None) or type(approver).__name__,
+        "by": run.owner_label(),
+        "ts": asked,
+    }
+    if request.usage is not None:
+        requested["usage"] = dict(request.usage)
+    decided = {
+        "type": R.APPROVAL_DECIDED,
+        "request": rid,
+        "saga": request.saga_id,
+        "digest": digest,
+        "decision": "approved" if decision.approved else "denied",
+        "by": decision.decided_by,
+        "identity": {
+            "how": how if isinstance(how, str) and how else "approver",
+            "name": decision.decided_by,
+        },
+        "note": redact(decision.reason),
+        "ts": max(now(), asked),
+    }
+    return [requested, decided], {"request": rid, "digest": digest}
 
 
 def over_limit(

@@ -49,7 +49,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from . import _config
 from ._approvals_decisions import (
@@ -109,6 +109,8 @@ class ApprovalQueue:
     """
 
     __slots__ = ("encryptor", "name", "poll_interval", "quorum", "timeout", "ttl", "wal_path")
+    #: It writes its own approval records: the gate adds none (§12.3).
+    gate_records: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 from ._types import ActionSemantics
 from .errors import SagaUsageError
@@ -153,6 +153,7 @@ def deny_all(request: ApprovalRequest) -> Decision:
 
 
 deny_all.name = "deny_all"  # type: ignore[attr-defined]
+deny_all.gate_records = False  # type: ignore[attr-defined]  # nobody was asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,8 @@ class AllowList:
 
     tools: frozenset[str]
     name: str = "allow-list"
+    #: How its decisions are identified in the approval record (§12.3).
+    identity_how: ClassVar[str] = "allow-list"
 
     def __init__(self, tools: Iterable[str], name: str = "allow-list") -> None:
         if isinstance(tools, str):
@@ -193,6 +196,8 @@ class TerminalPrompt:
     stdin: TextIO | None = None
     stdout: TextIO | None = None
     name: str = "terminal"
+    #: How its decisions are identified in the approval record (§12.3).
+    identity_how: ClassVar[str] = "terminal"
     require_tty: bool = field(default=True)
 
     def __call__(self, request: ApprovalRequest) -> Decision:

@@ -78,6 +78,22 @@ def runs_json(wal: str) -> list[dict[str, Any]]:
     return result
 
 
+def approval_story(wal: str) -> dict[str, Any]:
+    """The one approval of the WAL as ``agent-saga approvals --all --json`` tells it,
+    checked to be the complete record every approver writes (docs/log-format.md §12.3):
+    asked (digest, quorum 1), decided once by a named person, used by the step's intent."""
+    done = cli("approvals", "--all", "--json", "--wal-path", wal)
+    assert done.returncode == 0, done.stderr
+    (story,) = json.loads(done.stdout)
+    (intent,) = [r for r in records(wal, "intent") if r.get("approval")]
+    assert intent["approval"] == {"request": story["request"], "digest": story["asked"]["digest"]}
+    assert story["asked"]["quorum"] == 1
+    assert [u["step"] for u in story["used_by"]] == [intent["step"]]
+    (decision,) = story["decisions"]
+    assert decision["counted"] is True
+    return story
+
+
 def child_env() -> dict[str, str]:
     """The environment for a child agent process or a daemon (imports the test modules)."""
     env = dict(os.environ)

@@ -15,7 +15,7 @@ from adapter_handlers import (
     ledger,
     send_email,
 )
-from adapters_support import records, runs_json
+from adapters_support import approval_story, records, runs_json
 from drivers import driver
 from scripted import Call, langgraph_model
 
@@ -262,6 +262,13 @@ async def test_interrupt_approval_runs_the_exact_call_once(wal: str) -> None:
         "customer asked",
     )
     assert [s["outcome"] for s in runs_json(wal)] == ["committed", "committed"]
+    # The same approval record as every other approver's: who, how, for which call.
+    story = approval_story(wal)
+    assert story["state"] == "approved by alice"
+    assert story["asked"]["tool"] == "send_email"
+    (decision,) = story["decisions"]
+    assert (decision["by"], decision["note"]) == ("alice", "customer asked")
+    assert decision["identity"] == {"how": "langgraph-interrupt", "name": "alice"}
 
 
 async def test_interrupt_approval_does_not_apply_to_changed_arguments(wal: str) -> None:

@@ -15,7 +15,7 @@ from adapter_handlers import (
     ledger,
     send_email,
 )
-from adapters_support import records, runs_json
+from adapters_support import approval_story, records, runs_json
 from drivers import driver
 from scripted import Call, openai_model
 
@@ -138,6 +138,13 @@ async def test_sdk_approval_runs_the_approved_call_once(wal: str) -> None:
         "alice",
         "customer asked",
     )
+    # The same approval record as every other approver's: who, how, for which call.
+    story = approval_story(wal)
+    assert story["state"] == "approved by alice"
+    assert story["asked"]["tool"] == "send_email"
+    (decision,) = story["decisions"]
+    assert (decision["by"], decision["note"]) == ("alice", "customer asked")
+    assert decision["identity"] == {"how": "openai-agents", "name": "alice"}
 
 
 async def test_sdk_approval_does_not_extend_to_a_call_with_other_arguments(wal: str) -> None:

@@ -198,7 +198,21 @@ def test_approved_irreversible_step_runs_and_its_approval_is_recorded() -> None:
         "bob",
         "looked fine",
     )
-    assert log.types() == [R.SAGA_BEGIN, R.GATE, R.INTENT, R.COMMITTED, R.SAGA_END]
+    # The approver's answer is recorded as every approver's is (§12.3), then the gate's
+    # record, and the intent names the request.
+    assert log.types() == [
+        R.SAGA_BEGIN,
+        R.APPROVAL_REQUESTED,
+        R.APPROVAL_DECIDED,
+        R.GATE,
+        R.INTENT,
+        R.COMMITTED,
+        R.SAGA_END,
+    ]
+    [decided] = log.of_type(R.APPROVAL_DECIDED)
+    assert decided["identity"] == {"how": "approver", "name": "bob"}
+    [intent] = log.of_type(R.INTENT)
+    assert intent["approval"]["request"] == decided["request"]
 
 
 def test_approval_by_true_is_recorded_with_the_approvers_name() -> None:

@@ -497,3 +497,100 @@ def test_a_killed_and_restarted_agent_is_answered_from_the_recorded_decision(log
         "approval": {"request": rid, "digest": view(log, rid).digest},
     }
     assert len(records(log, R.APPROVAL_REQUESTED)) == 1  # nobody was asked twice
+
+
+# ---- every approver writes the same record ---------------------------------------------
+
+
+def _story_of(log: str) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("agent-saga")), "approvals", "--all", "--json",
+         "--wal-path", log],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    stories: list[dict[str, Any]] = json.loads(out.stdout)
+    return stories
+
+
+@pytest.mark.parametrize(
+    ("approver", "who", "how"),
+    [
+        (lambda r: True, "<lambda>", "approver"),
+        (lambda r: Decision.approve("carol", "she checked the address"), "carol", "approver"),
+        ("allow-list", "allow-list", "allow-list"),
+        ("terminal", "terminal:", "terminal"),
+    ],
+    ids=["callable-bool", "callable-decision", "allow-list", "terminal-prompt"],
+)
+def test_an_in_process_approver_writes_the_same_record_as_the_queue(
+    log: str, tmp_path: Path, approver: Any, who: str, how: str
+) -> None:
+    import io
+
+    from agent_saga import AllowList, TerminalPrompt
+
+    if approver == "allow-list":
+        approver = AllowList({"wire"})
+    elif approver == "terminal":
+        approver = TerminalPrompt(stdin=io.StringIO("yes\n"), stdout=io.StringIO(),
+                                  require_tty=False)  # fmt: skip
+    sent: list[int] = []
+
+    @tool(name="wire", semantics=IRREVERSIBLE)
+    def wire(amount: int, to: str) -> None:
+        sent.append(amount)
+
+    with saga("payout", wal_path=log, approver=approver) as s:
+        wire(amount=7, to="acct_9")
+    assert sent == [7]
+    (story,) = _story_of(log)
+    assert story["state"].startswith(f"approved by {who}")
+    asked = story["asked"]
+    assert (asked["saga"], asked["step"], asked["tool"], asked["quorum"]) == (s.id, 1, "wire", 1)
+    assert asked["digest"] == R.call_digest(
+        s.id, 1, "wire", "irreversible", {"amount": 7, "to": "acct_9"}
+    )
+    (decision,) = story["decisions"]
+    assert decision["counted"] is True
+    assert decision["identity"]["how"] == how
+    assert decision["identity"]["name"].startswith(who)
+    assert [(u["saga"], u["step"]) for u in story["used_by"]] == [(s.id, 1)]
+    # Nothing is left open for another decider: it was answered within the call.
+    assert _story_of(log)[0]["state"] != "open"
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("agent-saga")), "approvals", "--json",
+         "--wal-path", log],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert json.loads(done.stdout) == []
+
+
+def test_a_refusal_by_an_in_process_approver_is_recorded_denied_and_the_tool_not_called(
+    log: str,
+) -> None:
+    from agent_saga import AllowList
+
+    @tool(name="wire", semantics=IRREVERSIBLE)
+    def wire(amount: int) -> None:
+        raise AssertionError("never called")
+
+    with pytest.raises(GateRefused), saga("payout", wal_path=log, approver=AllowList(set())):
+        wire(amount=7)
+    (story,) = _story_of(log)
+    assert story["state"] == "denied by allow-list"
+    (decision,) = story["decisions"]
+    assert "'wire' is not on the allow-list" in decision["note"]
+    assert story["used_by"] == []
+
+
+def test_the_default_approver_asks_nobody_and_writes_no_approval_record(log: str) -> None:
+    @tool(name="wire", semantics=IRREVERSIBLE)
+    def wire(amount: int) -> None:
+        raise AssertionError("never called")
+
+    with pytest.raises(GateRefused), saga("payout", wal_path=log):
+        wire(amount=7)
+    assert _story_of(log) == []
+    (gate,) = [r for r in everything(log) if r["type"] == R.GATE]
+    assert gate["decided_by"] == "deny_all"

@@ -34,7 +34,7 @@ import inspect
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, get_args
+from typing import Any, ClassVar, Final, get_args
 
 from .._runtime import current_saga
 from .._types import ActionSemantics
@@ -344,6 +344,8 @@ class InterruptApprover:
     """
 
     __slots__ = ("name",)
+    #: How its decisions are identified in the approval record (§12.3).
+    identity_how: ClassVar[str] = "langgraph-interrupt"
 
     def __init__(self, name: str = "langgraph-interrupt") -> None:
         self.name = name

@@ -28,7 +28,7 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from .._runtime import current_saga
 from .._types import ActionSemantics
@@ -242,6 +242,8 @@ class ToolApprovals:
     """
 
     __slots__ = ("granted", "name")
+    #: How its decisions are identified in the approval record (§12.3).
+    identity_how: ClassVar[str] = "openai-agents"
 
     def __init__(
         self, granted: Mapping[str, Mapping[str, str]] | None = None, *, name: str = "sdk-approval"

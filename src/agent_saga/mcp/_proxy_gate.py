@@ -79,6 +79,7 @@ class _Announcing:
         self._inner = inner
         self._wal = wal_path
         self.name = getattr(inner, "name", "approver")
+        self.gate_records = getattr(inner, "gate_records", True)
 
     async def __call__(self, request: ApprovalRequest) -> Any:
         from ..approvals import request_id
@@ -118,3 +119,4 @@ def _deny(request: ApprovalRequest) -> Decision:
 
 
 _deny.name = "policy-deny"  # type: ignore[attr-defined]
+_deny.gate_records = False  # type: ignore[attr-defined]  # nobody was asked

@@ -212,8 +212,20 @@ def add_standing_commands(
     add.add_argument("--expires", required=True, help="30m, 24h, 7d, or an ISO time")
     add.add_argument("--note", required=True, help="why; recorded")
     add.add_argument("--as", "--by", dest="by", default=None, metavar="NAME", help="who grants it")
+    add.add_argument(
+        "--quorum",
+        type=int,
+        default=1,
+        help="how many different people must grant it (you are the first; the others run "
+        "`standing approve`); a queue uses it only if this is at least its own quorum",
+    )
     add.add_argument("--json", action="store_true", help="print the record as JSON")
     add_wal_path(add, "action_wal_path")
+    grant = std_sub.add_parser("approve", help="grant a standing approval as one more person")
+    grant.add_argument("id", help="the standing approval's id (std-...)")
+    grant.add_argument("--note", required=True, help="why; recorded")
+    grant.add_argument("--as", "--by", dest="by", default=None, metavar="NAME", help="who")
+    add_wal_path(grant, "action_wal_path")
     revoke = std_sub.add_parser("revoke", help="revoke a standing approval")
     revoke.add_argument("id", help="the standing approval's id (std-...)")
     revoke.add_argument("--note", default="", help="why; recorded")
@@ -225,7 +237,7 @@ def add_standing_commands(
 
 
 def _cmd_standing(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .approvals import add_standing, fold_approvals, revoke_standing
+    from .approvals import add_standing, approve_standing, fold_approvals, revoke_standing
 
     if args.std_command == "add":
         kwargs = None
@@ -246,15 +258,25 @@ def _cmd_standing(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             arg=args.arg,
             max_value=args.max_value,
             by=args.by,
+            quorum=args.quorum,
         )
         if args.json:
             json.dump(asdict(view), out, indent=2, default=str)
             out.write("\n")
         else:
+            waiting = "" if view.granted else f" (waiting: {_granted(view)})"
             out.write(
                 f"standing approval {view.standing}: {view.tool} {_scope(view.scope)} "
-                f"until {timestamp(view.expires)} by {view.by}\n"
+                f"until {timestamp(view.expires)} by {view.by}{waiting}\n"
             )
+        return EXIT_OK
+    if args.std_command == "approve":
+        view = approve_standing(open_wal(args), args.id, note=args.note, by=args.by)
+        state = "in force" if view.granted else f"waiting: {_granted(view)}"
+        out.write(
+            f"granted standing approval {view.standing} ({view.tool}) as "
+            f"{view.approvers[-1]}: {state}\n"
+        )
         return EXIT_OK
     if args.std_command == "revoke":
         view = revoke_standing(open_wal(args), args.id, note=args.note, by=args.by)
@@ -279,6 +301,8 @@ def _cmd_standing(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rows = [["STANDING", "TOOL", "SCOPE", "EXPIRES", "BY", "USES", "STATE", "NOTE"]]
     for v in items:
         state = "in force" if v.in_force(now) else "expired"
+        if not v.granted and v.expires > now:
+            state = f"waiting: {_granted(v)}"
         if v.revoked is not None:
             state = f"revoked by {v.revoked['by']}"
         rows.append(
@@ -295,6 +319,11 @@ def _cmd_standing(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     print_table(rows, out)
     return code
+
+
+def _granted(v: Any) -> str:
+    """``1 of 2 granted (alice)``: a standing approval's quorum so far."""
+    return f"{len(v.approvers)} of {v.quorum} granted ({', '.join(v.approvers)})"
 
 
 def _log_to_write(args: argparse.Namespace) -> Any:

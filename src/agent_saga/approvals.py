@@ -60,7 +60,12 @@ from ._approvals_decisions import (
     fold_approvals,
     list_approvals,
 )
-from ._approvals_standing import _STANDING_TYPES, add_standing, revoke_standing
+from ._approvals_standing import (
+    _STANDING_TYPES,
+    add_standing,
+    approve_standing,
+    revoke_standing,
+)
 from ._runtime import current_saga
 from .errors import SagaUsageError
 from .gate import ApprovalRequest, Decision
@@ -74,6 +79,7 @@ __all__ = [
     "ApprovalView",
     "StandingView",
     "add_standing",
+    "approve_standing",
     "decide_approval",
     "fold_approvals",
     "list_approvals",
@@ -184,7 +190,11 @@ class ApprovalQueue:
         if view is not None and view.decided:
             return _as_decision(view)  # answered from the record: nobody is asked twice
         if view is None:
-            standing = _standing_for(watch.fold, request, now) if request.usage is None else None
+            standing = (
+                _standing_for(watch.fold, request, now, self.quorum)
+                if request.usage is None
+                else None
+            )
             if standing is not None:
                 return Decision(
                     True,
@@ -338,12 +348,22 @@ class _Watch:
         return view if view is not None and view.decided else None
 
 
-def _standing_for(fold: SagaFold, request: ApprovalRequest, now: float) -> StandingView | None:
-    """The oldest standing approval in force whose scope covers the call, if any."""
+def _standing_for(
+    fold: SagaFold, request: ApprovalRequest, now: float, quorum: int
+) -> StandingView | None:
+    """The oldest standing approval in force whose scope covers the call, if any.
+
+    Only one granted by at least ``quorum`` people (the queue's own): a standing
+    approval never lets one person do what the queue asks two people for.
+    """
     kwargs = dict(request.kwargs)
     digest = R.args_digest(request.tool, kwargs)
     for standing in fold.standing_approvals():
-        if standing.in_force(now) and standing.covers(request.tool, kwargs, digest):
+        if (
+            standing.in_force(now)
+            and len(standing.approvers) >= quorum
+            and standing.covers(request.tool, kwargs, digest)
+        ):
             return standing
     return None
 

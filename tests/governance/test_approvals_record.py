@@ -410,6 +410,69 @@ def test_a_standing_approval_by_digest_covers_exactly_that_call_until_it_expires
     assert wire.calls == [{"to": "acct_9", "amount": 7}]
 
 
+def test_a_standing_approval_needs_its_quorum_of_people_and_never_beats_a_queues_quorum(
+    log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wire = Wire()
+    code, out, _ = cli(
+        capsys, "approvals", "standing", "add", "--tool", "wire_transfer", "--arg", "amount",
+        "--max", "100", "--expires", "1h", "--note", "payouts", "--quorum", "2",
+        "--as", "alice", "--wal-path", log,
+    )  # fmt: skip
+    assert code == 0
+    assert "(waiting: 1 of 2 granted (alice))" in out
+    sid = out.split()[2].rstrip(":")
+    single = ApprovalQueue(log, timeout=0.2, poll_interval=0.02)  # quorum 1
+    pair = ApprovalQueue(log, timeout=0.2, poll_interval=0.02, quorum=2)
+
+    # Granted by one person of two: not in force, so even a quorum-1 queue asks.
+    with pytest.raises(GateRefused), saga("payout", wal_path=log, approver=single):
+        wire.wire(to="acct_1", amount=10)
+    assert len(records(log, R.APPROVAL_REQUESTED)) == 1
+    # The same person again is refused with one line; nothing is written.
+    code, _, err = cli(capsys, "approvals", "standing", "approve", sid, "--note", "again",
+                       "--as", "alice", "--wal-path", log)  # fmt: skip
+    assert code == 2
+    assert "alice already granted standing approval" in err
+    assert records(log, R.APPROVAL_STANDING_APPROVED) == []
+    code, out, _ = cli(capsys, "approvals", "standing", "approve", sid, "--note", "checked",
+                       "--as", "bob", "--wal-path", log)  # fmt: skip
+    assert code == 0
+    assert out.strip().endswith("as bob: in force")
+    # In force now: the quorum-2 queue uses it (two people granted it), unasked.
+    with saga("payout", wal_path=log, approver=pair):
+        wire.wire(to="acct_1", amount=20)
+    assert len(records(log, R.APPROVAL_REQUESTED)) == 1
+    [*_, intent] = records(log, R.INTENT)
+    assert intent["approval"]["standing"] == sid
+    code, out, _ = cli(capsys, "approvals", "standing", "list", "--json", "--wal-path", log)
+    [listed] = json.loads(out)
+    assert (listed["approvers"], listed["quorum"], listed["in_force"]) == (
+        ["alice", "bob"],
+        2,
+        True,
+    )
+    assert [a["note"] for a in listed["approvals"]] == ["checked"]
+    # A third grant is refused: it is granted already.
+    code, _, err = cli(capsys, "approvals", "standing", "approve", sid, "--note", "me too",
+                       "--as", "carol", "--wal-path", log)  # fmt: skip
+    assert (code, "already granted by its quorum" in err) == (2, True)
+
+
+def test_a_one_person_standing_approval_does_not_let_one_person_past_a_quorum_of_two(
+    log: str,
+) -> None:
+    wire = Wire()
+    add_standing(log, "wire_transfer", arg="amount", max_value=100, expires=time.time() + 3600,
+                 note="small payouts", by="alice")  # fmt: skip
+    pair = ApprovalQueue(log, timeout=0.2, poll_interval=0.02, quorum=2)
+    with pytest.raises(GateRefused), saga("payout", wal_path=log, approver=pair):
+        wire.wire(to="acct_1", amount=10)
+    (asked,) = records(log, R.APPROVAL_REQUESTED)
+    assert asked["quorum"] == 2  # asked as usual: two people must approve this call
+    assert wire.calls == []
+
+
 # ---- the story ------------------------------------------------------------------------
 
 

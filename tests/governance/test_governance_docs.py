@@ -41,16 +41,25 @@ def test_the_standing_approval_commands_run_as_documented(
 
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index("**Standing approvals.**") : text.index("**The story.**")]
-    [block] = re.findall(r"```text\n(.*?)```", section, re.S)
+    blocks = re.findall(r"```text\n(.*?)```", section, re.S)
+    assert len(blocks) == 2  # one person's standing approvals, then a quorum of two
     wal = str(tmp_path / "agent.wal")
     ids: list[str] = []
-    for line in block.strip().splitlines():
-        argv = shlex.split(line)[1:]
-        argv[argv.index("--wal-path") + 1] = wal
-        if argv[:3] == ["approvals", "standing", "revoke"]:
-            argv[3] = ids[0]  # the id the first `add` printed
-        if "--expires" in argv and argv[argv.index("--expires") + 1].startswith("2027"):
-            argv[argv.index("--expires") + 1] = "2999-01-31T18:00:00Z"  # always ahead
-        assert main(argv) == 0, capsys.readouterr().err
-        ids += re.findall(r"std-[0-9a-f]{16}", capsys.readouterr().out)
-    assert len(set(ids)) == 2
+    outputs: list[str] = []
+    for block in blocks:
+        for line in block.strip().splitlines():
+            argv = shlex.split(line)[1:]
+            argv[argv.index("--wal-path") + 1] = wal
+            if argv[:3] == ["approvals", "standing", "revoke"]:
+                argv[3] = ids[0]  # the id the first `add` printed
+            if argv[:3] == ["approvals", "standing", "approve"]:
+                argv[3] = ids[-1]  # the id the `add --quorum 2` just before printed
+            if "--expires" in argv and argv[argv.index("--expires") + 1].startswith("2027"):
+                argv[argv.index("--expires") + 1] = "2999-01-31T18:00:00Z"  # always ahead
+            assert main(argv) == 0, capsys.readouterr().err
+            out = capsys.readouterr().out
+            outputs.append(out)
+            ids += re.findall(r"std-[0-9a-f]{16}", out)
+    assert len(set(ids)) == 3
+    assert "(waiting: 1 of 2 granted (alice))" in outputs[-2]
+    assert outputs[-1].strip().endswith("as bob: in force")

@@ -166,7 +166,28 @@ class ApprovalTransitions:
             _quorum(rec.get("quorum")),
             _when(ts),
             off,
+            approvers=[_decider(rec)],
         )
+
+    def _standing_approved(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
+        """A co-signature of a standing approval: counted once per person, before it ends."""
+        found = self._standing.get(rec["standing"])
+        if found is None:
+            self._anomaly(off, "malformed", f"approval of unknown standing {rec['standing']}")
+            return
+        who = _decider(rec)
+        at = _when(ts)
+        if (
+            who in found.approvers
+            or found.revoked is not None
+            or (at is not None and at >= found.expires)
+        ):
+            return  # refused when written (same person, revoked, expired); never counted
+        found.approvers.append(who)
+        found.approvals.append(
+            {"by": rec["by"], "identity": rec.get("identity"), "note": rec.get("note"),
+             "ts": at, "offset": off}
+        )  # fmt: skip
 
     def _standing_revoked(self, rec: Mapping[str, Any], off: int, ts: Any) -> None:
         found = self._standing.get(rec["standing"])

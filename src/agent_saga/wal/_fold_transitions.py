@@ -572,6 +572,7 @@ UNSCOPED: Final = {
     r.APPROVAL_DECIDED: FoldTransitions._approval_decided,
     r.APPROVAL_STANDING: FoldTransitions._standing_added,
     r.APPROVAL_STANDING_REVOKED: FoldTransitions._standing_revoked,
+    r.APPROVAL_STANDING_APPROVED: FoldTransitions._standing_approved,
     r.ESCALATION_RETRY: FoldTransitions._retry,
     r.LOG_HEADER: FoldTransitions._log_meta,
     r.TAIL_REPAIRED: FoldTransitions._log_meta,

@@ -128,6 +128,7 @@ _SCHEMA: Final[dict[str, dict[str, _Check]]] = {
         "by": _any,
     },
     r.APPROVAL_STANDING_REVOKED: {"standing": _str, "by": _any},
+    r.APPROVAL_STANDING_APPROVED: {"standing": _str, "by": _any},
     r.ESCALATION_RETRY: {
         "escalation": _str,
         "saga": _str,

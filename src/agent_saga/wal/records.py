@@ -68,6 +68,7 @@ __all__ = [
     "APPROVAL_DECIDED",
     "APPROVAL_REQUESTED",
     "APPROVAL_STANDING",
+    "APPROVAL_STANDING_APPROVED",
     "APPROVAL_STANDING_REVOKED",
     "CHECKPOINT",
     "CLAIM",
@@ -129,6 +130,7 @@ APPROVAL_REQUESTED: Final = "approval_requested"
 APPROVAL_DECIDED: Final = "approval_decided"
 APPROVAL_STANDING: Final = "approval_standing"
 APPROVAL_STANDING_REVOKED: Final = "approval_standing_revoked"
+APPROVAL_STANDING_APPROVED: Final = "approval_standing_approved"
 ESCALATION_RETRY: Final = "escalation_retry"
 LOG_HEADER: Final = "log_header"
 TAIL_REPAIRED: Final = "tail_repaired"
@@ -169,6 +171,7 @@ RECORD_TYPES: Final = frozenset(
         APPROVAL_DECIDED,
         APPROVAL_STANDING,
         APPROVAL_STANDING_REVOKED,
+        APPROVAL_STANDING_APPROVED,
         ESCALATION_RETRY,
         LOG_HEADER,
         TAIL_REPAIRED,
@@ -190,7 +193,15 @@ RECORD_TYPES: Final = frozenset(
 
 #: Log-wide governance records (``docs/log-format.md`` §12.2, §12.4): no saga of their own.
 GOVERNANCE_TYPES: Final = frozenset(
-    {HALT, RESUME, LIMIT_DECLARED, LIMIT_CARRY, APPROVAL_STANDING, APPROVAL_STANDING_REVOKED}
+    {
+        HALT,
+        RESUME,
+        LIMIT_DECLARED,
+        LIMIT_CARRY,
+        APPROVAL_STANDING,
+        APPROVAL_STANDING_REVOKED,
+        APPROVAL_STANDING_APPROVED,
+    }
 )
 
 #: Records about the log itself rather than a saga (``docs/log-format.md`` §1, §8, §12.7).

@@ -250,6 +250,9 @@ class StandingView:
         by / identity / note / quorum / ts / offset: From the record.
         revoked: The ``approval_standing_revoked`` record, once revoked.
         used_by: The attempts that ran under it: ``{saga, step, attempt, digest}``.
+        approvers: The distinct people who granted it, its creator first (each
+            ``approval_standing_approved`` adds one); in force from ``quorum`` of them.
+        approvals: Each co-signature: ``{by, identity, note, ts, offset}``.
     """
 
     standing: str
@@ -264,10 +267,17 @@ class StandingView:
     offset: int
     revoked: dict[str, Any] | None = None
     used_by: list[dict[str, Any]] = field(default_factory=list)
+    approvers: list[str] = field(default_factory=list)
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def granted(self) -> bool:
+        """Whether ``quorum`` distinct people granted it (its creator counts as one)."""
+        return len(self.approvers) >= self.quorum
 
     def in_force(self, now: float) -> bool:
-        """Not revoked and not expired as of ``now`` (wall-clock seconds)."""
-        return self.revoked is None and self.expires > now
+        """Granted by its quorum, not revoked and not expired as of ``now``."""
+        return self.granted and self.revoked is None and self.expires > now
 
     def covers(self, tool: str, kwargs: Mapping[str, Any], args_digest: str) -> bool:
         """Whether a call of ``tool`` with ``kwargs`` is inside this approval's scope.

@@ -129,7 +129,17 @@ def defer_protocol(
 ) -> Protocol:
     """Gate and record a deferred call; return its placeholder (the call does not run)."""
     from . import _engine as E
-    from ._step_gate import ask_approver, gate_record, precheck, refusal
+    from ._metering import admitted, metering
+    from ._step_gate import (
+        approval_request,
+        ask_approver,
+        gate_record,
+        over_limit,
+        policies_of,
+        precheck,
+        refusal,
+    )
+    from .gate import Decision
 
     run = scope.run
     step = E.new_durable_step(scope, spec, jsonable(spec.bind(args, kwargs)))
@@ -159,7 +169,21 @@ def defer_protocol(
             record["approval"] = dict(decision.approval)
         if spec.resolver is not None:
             record["resolver"] = spec.resolver
-        yield Append(record)
+        # Budgets and rate limits reserve now, in the deferred record, under the log's
+        # lock (wal/limits.py): the call counts from the moment the agent made it, and
+        # its run after the commit reserves nothing more.
+        metered = metering(policies_of(scope, spec), lambda: approval_request(run, spec, step))
+        if isinstance(metered, Decision):
+            yield Append(gate_record(run, step, metered))
+            raise refusal(run, step, metered)
+        if metered:
+            over = yield from admitted(record, metered)
+            if over is not None:
+                yield from over_limit(
+                    run, scope, spec, step, record, metered, over, side_effect=False
+                )
+        else:
+            yield Append(record)
     except BaseException as exc:
         if step.obs is not None:
             step.obs.finish(exc)

@@ -17,6 +17,13 @@ step's records                            the reservation
 ``compensated``                           consumed; credited back when the limit is net
 ========================================  ===========================================
 
+A deferred step (``defer=True``, §12.6) reserves when it is called, in its
+``deferred`` record (attempt 0 below): held while its saga runs; released when the
+saga ends without running it (rolled back, or ``saga_end`` does not list it); then
+consumed by its ``committed`` after the commit (any attempt). Its run's intents
+reserve nothing more. Escalated (``deferred_done``) before any attempt: released;
+after one, held (its outcome may be unknown: fail closed).
+
 :class:`UsageFold` applies records one at a time (pure, no I/O) and answers "how much
 of this meter is used in the window that contains ``now``?" and "may these
 reservations be admitted together?". Memory follows the meters and the reservations
@@ -25,17 +32,22 @@ inside their windows, not the log: entries are pruned once their window has pass
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
 from fractions import Fraction
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from . import records as R
+from .limit_spec import (
+    CALENDARS,
+    CLOCK_SLACK,
+    LIMIT_DECLARED,
+    LimitSpec,
+    longest_window,
+    num,
+    window_words,
+)
 
 __all__ = [
     "CALENDARS",
@@ -46,153 +58,16 @@ __all__ = [
     "Usage",
     "UsageFold",
     "longest_window",
+    "window_words",
 ]
 
-LIMIT_DECLARED: Final = R.LIMIT_DECLARED
 LIMIT_CARRY: Final = R.LIMIT_CARRY
-CALENDARS: Final = ("day", "month")
 
 HELD: Final = "held"
 CONSUMED: Final = "consumed"
 RELEASED: Final = "released"
 CREDITED: Final = "credited"
 _COUNTED: Final = frozenset({HELD, CONSUMED})
-
-
-@dataclass(frozen=True, slots=True)
-class LimitSpec:
-    """A limit as the log judges it: what, how much, over which window.
-
-    Attributes:
-        name: The limit's name (unique per log; a meter is a name and a key).
-        kind: ``"budget"`` (sums an argument) or ``"rate"`` (counts calls).
-        max: The most a meter may hold plus consume within one window.
-        window: Sliding window length in seconds, or None for a calendar window.
-        calendar: ``"day"`` or ``"month"`` for a calendar window, else None.
-        tz: The calendar's IANA time zone (``"UTC"``, ``"Europe/Paris"``).
-        net: Whether a compensation credits its step's use back.
-        arg: The metered argument of a budget (None for a rate).
-        key: How meters are keyed: ``"global"``, ``"arg:<name>"`` or
-            ``"callable:<qualified name>"``.
-    """
-
-    name: str
-    kind: Literal["budget", "rate"]
-    max: float
-    window: float | None = None
-    calendar: str | None = None
-    tz: str = "UTC"
-    net: bool = False
-    arg: str | None = None
-    key: str = "global"
-
-    @property
-    def digest(self) -> str:
-        """16 hex of the sha256 of the canonical definition: equal definitions, equal digest."""
-        return _digest(self)
-
-    def definition(self) -> dict[str, Any]:
-        """The definition's fields as logged in ``limit_declared`` (without who and when)."""
-        window: dict[str, Any] = (
-            {"seconds": self.window}
-            if self.window is not None
-            else {"calendar": self.calendar, "tz": self.tz}
-        )
-        return {
-            "limit": self.name,
-            "kind": self.kind,
-            "max": self.max,
-            "window": window,
-            "arg": self.arg,
-            "key": self.key,
-            "net": self.net,
-        }
-
-    def declaration(self, by: str, ts: float) -> dict[str, Any]:
-        """The ``limit_declared`` record of this definition."""
-        return {
-            "type": LIMIT_DECLARED,
-            **self.definition(),
-            "digest": self.digest,
-            "by": by,
-            "ts": ts,
-        }
-
-    @classmethod
-    def from_record(cls, rec: Mapping[str, Any]) -> LimitSpec:
-        """Read a ``limit_declared`` record back; ValueError when it is malformed."""
-        window = rec.get("window")
-        if not isinstance(window, Mapping):
-            raise ValueError("limit_declared without a window")
-        kind = rec.get("kind")
-        if kind not in ("budget", "rate"):
-            raise ValueError(f"limit_declared of unknown kind {kind!r}")
-        spec = cls(
-            name=str(rec["limit"]),
-            kind=kind,
-            max=float(rec["max"]),
-            window=None if window.get("seconds") is None else float(window["seconds"]),
-            calendar=window.get("calendar"),
-            tz=str(window.get("tz") or "UTC"),
-            net=bool(rec.get("net", False)),
-            arg=rec.get("arg"),
-            key=str(rec.get("key", "global")),
-        )
-        spec.check()
-        return spec
-
-    def check(self) -> None:
-        """Raise ValueError naming what is wrong with this definition."""
-        if not self.name:
-            raise ValueError("a limit needs a name")
-        if isinstance(self.max, bool) or not isinstance(self.max, int | float):
-            raise ValueError(f"limit {self.name!r}: the maximum must be a number")
-        if not math.isfinite(self.max) or self.max < 0:
-            raise ValueError(f"limit {self.name!r}: the maximum must be finite and >= 0")
-        if (self.window is None) == (self.calendar is None):
-            raise ValueError(f"limit {self.name!r}: give a window in seconds or a calendar")
-        if self.window is not None and (not math.isfinite(self.window) or self.window <= 0):
-            raise ValueError(f"limit {self.name!r}: the window must be > 0 seconds")
-        if self.calendar is not None and self.calendar not in CALENDARS:
-            raise ValueError(f"limit {self.name!r}: calendar must be one of {', '.join(CALENDARS)}")
-        if self.tz != "UTC":
-            _zone(self.tz)  # raises on an unknown time zone (a typo is an error either way)
-
-    def period(self, ts: float) -> str | None:
-        """The calendar period holding ``ts`` (``"2026-12-02"``, ``"2026-12"``), or None."""
-        if self.calendar is None:
-            return None
-        local = datetime.fromtimestamp(ts, _zone(self.tz))
-        return local.strftime("%Y-%m-%d" if self.calendar == "day" else "%Y-%m")
-
-    def counts_at(self, entry_ts: float, entry_period: str | None, now: float) -> bool:
-        """Whether a use made at ``entry_ts`` (in ``entry_period``) counts at ``now``."""
-        if self.window is not None:
-            return now - self.window < entry_ts <= now + _CLOCK_SLACK
-        return entry_period == self.period(now)
-
-
-@functools.lru_cache(maxsize=1024)
-def _digest(spec: LimitSpec) -> str:
-    canonical = json.dumps(spec.definition(), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-_CLOCK_SLACK: Final = 30.0  # clocks of writers sharing a log may differ this much (fail closed)
-_ZONES: dict[str, tzinfo] = {}
-
-
-def _zone(name: str) -> tzinfo:
-    zone = _ZONES.get(name)
-    if zone is None:
-        from zoneinfo import ZoneInfo  # lazily: it reads the platform's configuration
-
-        try:
-            zone = ZoneInfo(name)
-        except (KeyError, ValueError) as exc:  # ZoneInfoNotFoundError is a KeyError
-            raise ValueError(f"unknown time zone {name!r} (an IANA name such as 'UTC')") from exc
-        _ZONES[name] = zone
-    return zone
 
 
 @dataclass(slots=True)
@@ -224,7 +99,7 @@ class _Total:
         """Whether ``e`` is counted over ``[lo, hi)``, shrinking ``hi`` to keep that true."""
         if window is None:
             return e.period == self.period
-        enter, leave = e.ts - _CLOCK_SLACK, e.ts + window
+        enter, leave = e.ts - CLOCK_SLACK, e.ts + window
         if enter <= self.lo < leave:
             self.hi = min(self.hi, leave)
             return True
@@ -346,24 +221,9 @@ class Overrun:
         u = self.usage
         key = "" if u.key is None else f" for {u.key}"
         return (
-            f"limit {u.limit!r}{key} ({self.window}): {_num(u.used)} used and {_num(u.held)} "
-            f"held in flight of {_num(u.max)}; this call asks {_num(self.requested)}"
+            f"limit {u.limit!r}{key} ({self.window}): {num(u.used)} used and {num(u.held)} "
+            f"held in flight of {num(u.max)}; this call asks {num(self.requested)}"
         )
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
-
-
-def window_words(spec: LimitSpec) -> str:
-    """A limit's window in words, for messages and the ``limits`` command."""
-    if spec.window is not None:
-        seconds = spec.window
-        for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-            if seconds >= size and seconds % size == 0:
-                return f"{seconds / size:g}{unit} sliding"
-        return f"{seconds:g}s sliding"
-    return f"{spec.calendar} in {spec.tz}"
 
 
 class UsageFold:
@@ -382,6 +242,8 @@ class UsageFold:
         self._meters: dict[tuple[str, str | None], _Meter] = {}
         # (saga, step) -> its attempts' entries: [(attempt, meter key, entry)]
         self._steps: dict[tuple[str, int], list[tuple[int, tuple[str, str | None], _Entry]]] = {}
+        # deferred steps holding a reservation: saga -> {step: whether an attempt ran}
+        self._deferred: dict[str, dict[int, bool]] = {}
         self.anomalies = 0
         self._applied = 0
 
@@ -394,11 +256,23 @@ class UsageFold:
             if rtype == "intent":
                 if rec.get("reserve"):
                     self._reserve(rec)
+                elif rec.get("deferred") is True:
+                    self._deferred_ran(rec)
+            elif rtype == "deferred":
+                if rec.get("reserve"):
+                    self._reserve(rec, attempt=0)
+                    steps = self._deferred.setdefault(str(rec["saga"]), {})
+                    steps[int(rec["step"])] = False
+            elif rtype == "saga_end":
+                if str(rec.get("saga")) in self._deferred:
+                    self._deferred_end(rec)
+            elif rtype == "deferred_done":
+                self._deferred_done(rec)
             elif rtype == "forward_failed":
                 if rec.get("outcome") == "no_effect":
                     self._settle(rec, RELEASED, attempt=rec.get("attempt"))
             elif rtype == "committed":
-                self._settle(rec, CONSUMED, attempt=rec.get("attempt"))
+                self._settle(rec, CONSUMED, attempt=rec.get("attempt"), deferred=True)
             elif rtype == "compensated":
                 if rec.get("outcome") == "no_effect":
                     self._settle(rec, RELEASED, attempt=None, only=HELD)
@@ -416,10 +290,11 @@ class UsageFold:
         if self._applied % 4096 == 0:
             self.prune(float(rec.get("ts") or 0.0))
 
-    def _reserve(self, rec: Mapping[str, Any]) -> None:
+    def _reserve(self, rec: Mapping[str, Any], *, attempt: int | None = None) -> None:
         ts = float(rec["ts"])
         step_key = (str(rec["saga"]), int(rec["step"]))
-        attempt = int(rec.get("attempt", 1))
+        if attempt is None:
+            attempt = int(rec.get("attempt", 1))
         held = self._steps.setdefault(step_key, [])
         for r in rec["reserve"]:
             meter = (str(r["limit"]), None if r.get("key") is None else str(r["key"]))
@@ -428,16 +303,58 @@ class UsageFold:
             held.append((attempt, meter, entry))
 
     def _settle(
-        self, rec: Mapping[str, Any], state: str, *, attempt: Any, only: str | None = None
+        self,
+        rec: Mapping[str, Any],
+        state: str,
+        *,
+        attempt: Any,
+        only: str | None = None,
+        deferred: bool = False,
     ) -> None:
+        """Move the step's held entries to ``state`` (those of ``attempt``, or all).
+
+        ``deferred``: also the reservation its ``deferred`` record made (attempt 0),
+        which any attempt of its run after the commit settles.
+        """
         entries = self._steps.get((str(rec["saga"]), int(rec["step"])))
         for att, meter, entry in entries or ():
-            if attempt is not None and att != int(attempt):
+            if attempt is not None and att != int(attempt) and not (deferred and att == 0):
                 continue
             if only is not None and entry.state != only:
                 continue
             if entry.state == HELD:
                 self._restate(meter, entry, state)
+
+    def _deferred_ran(self, rec: Mapping[str, Any]) -> None:
+        steps = self._deferred.get(str(rec["saga"]))
+        step = int(rec["step"])
+        if steps is not None and step in steps:
+            steps[step] = True
+
+    def _deferred_end(self, rec: Mapping[str, Any]) -> None:
+        """``saga_end``: a deferred step it does not commit never runs: released."""
+        saga = str(rec["saga"])
+        steps = self._deferred[saga]
+        listed = rec.get("deferred") if rec.get("outcome") == "committed" else None
+        keep = {s for s in listed if isinstance(s, int)} if isinstance(listed, list) else set()
+        for step in [s for s in steps if s not in keep]:
+            del steps[step]
+            self._settle({"saga": saga, "step": step}, RELEASED, attempt=0)
+        if not steps:
+            del self._deferred[saga]
+
+    def _deferred_done(self, rec: Mapping[str, Any]) -> None:
+        """``deferred_done``: settled by its attempts, or released if none was made."""
+        saga = str(rec["saga"])
+        steps = self._deferred.get(saga)
+        step = int(rec["step"])
+        if steps is None or step not in steps:
+            return
+        ran = steps.pop(step)
+        if not steps:
+            del self._deferred[saga]
+        if rec.get("outcome") == "escalated" and not ran:
+            self._settle(rec, RELEASED, attempt=0)
 
     def _credit(self, rec: Mapping[str, Any]) -> None:
         entries = self._steps.get((str(rec["saga"]), int(rec["step"])))
@@ -463,7 +380,7 @@ class UsageFold:
 
     def prune(self, now: float) -> None:
         """Drop entries no window can count any more at ``now`` or later."""
-        longest = {name: _longest_window(spec) for name, spec in self.declared.items()}
+        longest = {name: longest_window(spec) for name, spec in self.declared.items()}
         dead: list[tuple[str, str | None]] = []
         for meter, m in self._meters.items():
             horizon = longest.get(meter[0])
@@ -483,6 +400,11 @@ class UsageFold:
             if all(e.ts <= now - longest.get(mk[0], math.inf) for _a, mk, e in v)
         ]:
             del self._steps[step_key]
+            steps = self._deferred.get(step_key[0])
+            if steps is not None:
+                steps.pop(step_key[1], None)  # no window counts its reservation any more
+                if not steps:
+                    del self._deferred[step_key[0]]
 
     # ---- judging ----------------------------------------------------------------------
 
@@ -550,14 +472,3 @@ class UsageFold:
             if u.used or u.held:
                 rows.append(u)
         return rows
-
-
-def longest_window(spec: LimitSpec) -> float:
-    """How long after a use no window of ``spec`` can count it any more (seconds)."""
-    return _longest_window(spec)
-
-
-def _longest_window(spec: LimitSpec) -> float:
-    if spec.window is not None:
-        return spec.window + _CLOCK_SLACK
-    return (32.0 if spec.calendar == "month" else 2.0) * 86400.0  # a period plus its zone

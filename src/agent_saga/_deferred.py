@@ -37,6 +37,7 @@ from ._types import ActionSemantics, Deferred
 from ._undo import error_text, escalate, jsonable
 from .errors import SagaUsageError
 from .wal import records as R
+from .wal.halts import halt_blocking
 
 if TYPE_CHECKING:
     from ._runtime import Run, Scope
@@ -47,6 +48,7 @@ __all__ = [
     "binding_deferred",
     "defer_protocol",
     "deferred_tool",
+    "halted_reason",
     "register_deferred",
     "run_deferred",
     "run_pending",
@@ -151,6 +153,7 @@ def defer_protocol(
         if not decision.approved:
             yield Append(gate_record(run, step, decision))
             raise refusal(run, step, decision)
+        run.side_effects += 1  # a side effect of the saga (MaxSideEffects), if it commits
         yield Submit(gate_record(run, step, decision))
         record: dict[str, Any] = {
             "type": R.DEFERRED,
@@ -174,14 +177,13 @@ def defer_protocol(
         # its run after the commit reserves nothing more.
         metered = metering(policies_of(scope, spec), lambda: approval_request(run, spec, step))
         if isinstance(metered, Decision):
+            run.side_effects -= 1
             yield Append(gate_record(run, step, metered))
             raise refusal(run, step, metered)
         if metered:
             over = yield from admitted(record, metered)
             if over is not None:
-                yield from over_limit(
-                    run, scope, spec, step, record, metered, over, side_effect=False
-                )
+                yield from over_limit(run, scope, spec, step, record, metered, over)
         else:
             yield Append(record)
     except BaseException as exc:
@@ -297,6 +299,19 @@ def run_deferred(
     return outcome
 
 
+def halted_reason(log: Any, tool: str, saga_name: str | None) -> str | None:
+    """Why a halt in force stops a deferred call of ``tool`` now, or None.
+
+    The kill switch stops deferred calls too: one that had not run when the log was
+    halted is escalated, never sent behind the operator's back (a person decides,
+    once the halt is lifted, whether it is still wanted).
+    """
+    halt = halt_blocking(log, tool=tool, saga_name=saga_name)
+    if halt is None:
+        return None
+    return f"the log is halted for {halt.describe()} by {halt.by}: {halt.reason}"
+
+
 def run_pending(run: Run, outcome: str) -> Protocol:
     """After ``saga_end``: run this process's deferred steps, or escalate them.
 
@@ -308,10 +323,12 @@ def run_pending(run: Run, outcome: str) -> Protocol:
     by = run.owner_label()
     _crash.crashpoint("deferred.after_commit")
     for p in pending:
-        if outcome != "committed":
+        halted = halted_reason(run.log(), p.spec.name, run.name)
+        if outcome != "committed" or halted is not None:
             why = (
-                f"deferred step {p.step} ({p.spec.name}) was not run: its saga ended "
-                f"{outcome}; run it by hand if it is still wanted"
+                f"deferred step {p.step} ({p.spec.name}) was not run: "
+                + (halted or f"its saga ended {outcome}")
+                + "; run it by hand if it is still wanted"
             )
             yield from escalate(run.id, p.step, why, by)
             yield Append(

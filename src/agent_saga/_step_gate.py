@@ -227,16 +227,13 @@ def over_limit(
     intent: dict[str, Any],
     metered: Metered,
     over: Overrun,
-    *,
-    side_effect: bool = True,
 ) -> Protocol:
     """A call over a limit: refused, or — ``over_limit="approve"`` — the approver decides.
 
     Approved, the intent (or a deferred step's ``deferred`` record) is appended as it
     is (its reservation counts, past the limit) and a ``gate`` record says who let it
-    through; refused, the refusal is recorded with the limit's numbers and raised.
-    ``side_effect``: the step was counted in ``run.side_effects`` (uncounted when
-    refused).
+    through; refused, the refusal is recorded with the limit's numbers and raised
+    (and the step no longer counts in ``run.side_effects``).
     """
     usage = over.as_record()
     decision = Decision.deny(f"limit:{over.usage.limit}", over.reason())
@@ -250,8 +247,7 @@ def over_limit(
             yield Append(intent)
             return
         decision = Decision.deny(decision.decided_by, f"{over.reason()}; {decision.reason}")
-    if side_effect:
-        run.side_effects -= 1
+    run.side_effects -= 1
     yield Append({**gate_record(run, step, decision), "limit": usage})
     raise refusal(run, step, decision)
 

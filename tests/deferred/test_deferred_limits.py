@@ -127,3 +127,30 @@ def test_the_usage_fold_settles_a_deferred_reservation_by_what_became_of_the_ste
     # escalated after an attempt of unknown outcome: held (it may have happened)
     unknown = {"type": R.FORWARD_FAILED, "attempt": 1, "outcome": "unknown", "error": "x"}
     assert fold(reserve, committed_end, intent, unknown, done) == (0, 60)
+
+
+def test_deferred_calls_count_as_side_effects_of_their_saga(wal_location: str) -> None:
+    from agent_saga import MaxSideEffects
+
+    with saga("payout", wal_path=wal_location, policies=[MaxSideEffects(1)], approver=OK):
+        wire(amount=1, to="a")
+        with pytest.raises(GateRefused, match="already made 1 side effects"):
+            wire(amount=2, to="b")
+    assert SENT == [1]
+
+
+def test_a_halt_in_force_when_the_saga_commits_stops_its_deferred_call_and_frees_its_budget(
+    wal_location: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_saga.wal.halts import halt
+
+    with saga("payout", wal_path=wal_location, policies=CAP, approver=OK):
+        wire(amount=70, to="acct_1")
+        halt(wal_location, reason="wires look wrong", by="alice", tool="limits.wire")
+    assert SENT == [], "the kill switch stops a deferred call that had not run yet"
+    (done,) = records(wal_location, R.DEFERRED_DONE)
+    assert done["outcome"] == "escalated"
+    (esc,) = records(wal_location, R.ESCALATED)
+    assert "halted for tool 'limits.wire' by alice: wires look wrong" in esc["reason"]
+    meter = limits_json(wal_location, capsys)
+    assert (meter["used"], meter["held"]) == (0, 0)  # it never ran: released

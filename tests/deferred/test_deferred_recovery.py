@@ -134,3 +134,21 @@ def test_a_deferred_step_whose_tool_the_daemon_cannot_import_is_escalated(
     assert _sent(ledger) == []
     [esc] = [r for r in _records(wal) if r["type"] == "escalated"]
     assert "not registered in this saga-recoveryd" in esc["reason"]
+
+
+def test_a_halt_written_after_the_commit_stops_the_daemon_from_sending_it(
+    tmp_path: Path,
+) -> None:
+    """The kill switch reaches deferred calls: the daemon escalates, sends nothing."""
+    from agent_saga.wal.halts import halt
+
+    wal, ledger = tmp_path / "h.wal", tmp_path / "mail.jsonl"
+    agent = _agent(wal, ledger, "deferred.after_commit", "mail")
+    assert agent.returncode == -signal.SIGKILL, agent.stderr
+    halt(str(wal), reason="the agent went rogue", by="alice")
+    _recover(wal, ledger)
+    assert _sent(ledger) == [], "never sent while the log is halted"
+    [done] = [r for r in _records(wal) if r["type"] == "deferred_done"]
+    assert done["outcome"] == "escalated"
+    [esc] = [r for r in _records(wal) if r["type"] == "escalated"]
+    assert "the log is halted for everything by alice: the agent went rogue" in esc["reason"]

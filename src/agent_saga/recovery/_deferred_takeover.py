@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .._deferred import deferred_tool, run_deferred
+from .._deferred import deferred_tool, halted_reason, run_deferred
 from .._runtime import drive_sync
 from .._undo import escalate
 from ..wal import records as R
@@ -114,20 +114,8 @@ class DeferredTakeover:
             self._done(d, s, "done")
             return "done"
         tool = deferred_tool(s.tool)
-        why = None
-        if tool is None:
-            why = (
-                f"its tool {s.tool!r} is not registered in this saga-recoveryd: run it with "
-                "--import <the module that declares it>, or run the call by hand"
-            )
-        elif tool[0].secret_args:
-            why = "it takes secret arguments, whose values were never logged"
-        elif s.attempts and s.outcome != "no_effect" and not tool[0].idempotent:
-            why = (
-                "an attempt was made and its outcome is unknown (the process died during "
-                "it), and the tool is not idempotent: it may have run; check before "
-                "running it by hand"
-            )
+        # The kill switch first: a halted log never sends it behind the operator's back.
+        why = halted_reason(self.log(), s.tool, d.name) or self._why_not(s, tool)
         if why is not None or tool is None:
             reason = f"deferred step {s.step} of committed saga {d.saga_id} not run: {why}"
             drive_sync(escalate(d.saga_id, s.step, reason, self.id), self)
@@ -157,6 +145,24 @@ class DeferredTakeover:
             self,
         )
         return outcome
+
+    @staticmethod
+    def _why_not(s: DeferredStep, tool: tuple[Any, Any] | None) -> str | None:
+        """Why this daemon cannot run the step itself, or None when it can."""
+        if tool is None:
+            return (
+                f"its tool {s.tool!r} is not registered in this saga-recoveryd: run it with "
+                "--import <the module that declares it>, or run the call by hand"
+            )
+        if tool[0].secret_args:
+            return "it takes secret arguments, whose values were never logged"
+        if s.attempts and s.outcome != "no_effect" and not tool[0].idempotent:
+            return (
+                "an attempt was made and its outcome is unknown (the process died during "
+                "it), and the tool is not idempotent: it may have run; check before "
+                "running it by hand"
+            )
+        return None
 
     def _done(self, d: DeferredSaga, s: DeferredStep, outcome: str) -> None:
         self.log().append(

@@ -259,6 +259,7 @@ def halt(
         x.append_locked([rec])
         if index is not None:
             _index_append(index, rec)  # under the lock, after the record is durable
+    _look_again(writer)
     fold = HaltFold()
     fold.apply(rec)
     [made] = fold.in_force()
@@ -319,6 +320,7 @@ def resume(
         x.append_locked([rec])
         if index is not None:
             _index_append(index, rec)
+    _look_again(writer)
     return ended
 
 
@@ -394,6 +396,17 @@ def _cache_for(wal_path: str, read: Any = None) -> _Cache:
             cache.fold, cache.stamp = fold, stamp
             cache.empty = not fold.in_force()
     return cache
+
+
+def _look_again(writer: Any) -> None:
+    """This process wrote a halt or a resume: its gates see it at their next step."""
+    path = getattr(writer, "path", None)
+    if path is None:
+        return
+    with _CACHE_LOCK:
+        cache = _CACHES.get(os.fspath(path))
+        if cache is not None:
+            cache.next_check = 0.0
 
 
 def _read_log(cache: _Cache, read: Any, now: float) -> _Cache:

@@ -395,3 +395,34 @@ def test_running_totals_equal_a_fresh_sum_at_any_time(
                 else:
                     fresh.apply(r)
             assert fold.usage(spec, None, at) == fresh.usage(spec, None, at), (spec.name, at)
+
+
+def test_a_net_limit_credits_a_refund_back_only_once_it_is_verified() -> None:
+    """A pending refund is not money back yet; one that failed never is (issue 22)."""
+    from agent_saga import Budget
+    from agent_saga.wal.limits import UsageFold
+
+    spec = Budget("spend", 100, arg="amount", window=3600, net=True).spec
+
+    def used(*recs: dict[str, object]) -> float:
+        f = UsageFold()
+        f.apply({"type": "limit_declared", **spec.declaration("t", 1.0)})
+        base = [
+            {"type": "intent", "attempt": 1,
+             "reserve": [{"limit": "spend", "key": None, "amount": 60.0, "period": None}]},
+            {"type": "committed", "attempt": 1},
+        ]  # fmt: skip
+        for i, rec in enumerate([*base, *recs]):
+            f.apply({"saga": "s", "step": 1, "token": "t1", "ts": 10.0 + i, **rec})
+        return f.usage(spec, None, 20.0).used
+
+    assert used() == 60
+    assert used({"type": "compensated", "by": "o"}) == 0  # no receipt: credited, as before
+    assert used({"type": "compensated", "by": "o", "verified": True}) == 0
+    pending = {"type": "compensated", "by": "o", "pending": True}
+    assert used(pending) == 60, "a pending refund is not money back yet"
+    verified = {"type": "compensation_verified", "verified": True, "by": "d"}
+    assert used(pending, verified) == 0
+    failed = {"type": "compensation_verified", "verified": False, "by": "d"}
+    assert used(pending, failed) == 60
+    assert used({"type": "compensated", "by": "o", "verified": False, "reason": "x"}) == 60

@@ -17,6 +17,11 @@ step's records                            the reservation
 ``compensated``                           consumed; credited back when the limit is net
 ========================================  ===========================================
 
+A net limit credits a compensation back only once it is known to have worked: not
+while its receipt is ``pending`` (a refund not final yet) — then at its
+``compensation_verified`` ``verified: true`` — and never when it read back
+``verified: false`` (§12.6).
+
 A deferred step (``defer=True``, §12.6) reserves when it is called, in its
 ``deferred`` record (attempt 0 below): held while its saga runs; released when the
 saga ends without running it (rolled back, or ``saga_end`` does not list it); then
@@ -276,8 +281,11 @@ class UsageFold:
             elif rtype == "compensated":
                 if rec.get("outcome") == "no_effect":
                     self._settle(rec, RELEASED, attempt=None, only=HELD)
-                else:
-                    self._credit(rec)
+                elif rec.get("pending") is not True and rec.get("verified") is not False:
+                    self._credit(rec)  # not while a refund is pending, nor if it did not verify
+            elif rtype == "compensation_verified":
+                if rec.get("verified") is True:
+                    self._credit(rec)  # the pending refund went through: credited now
             elif rtype == LIMIT_DECLARED:
                 spec = LimitSpec.from_record(rec)
                 self.declared[spec.name] = spec

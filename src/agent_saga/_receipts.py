@@ -24,12 +24,37 @@ from .secrets import redact
 from .wal import records as R
 from .wal.receipts import PendingReceipt
 
-__all__ = ["FollowResult", "follow_receipt"]
+__all__ = ["FollowResult", "follow_receipt", "refuse_tampered"]
 
 FollowResult = tuple[str, str | None]
 """``(outcome, detail)``: ``verified``, ``unverified`` (escalated), ``pending`` (still
 not final), ``failed`` (the check raised: tried again next pass) or ``escalated``
 (the receipt cannot be followed here)."""
+
+
+def refuse_tampered(p: PendingReceipt, finding: str, by: str) -> Generator[Command, Any, None]:
+    """Settle a pending compensation whose records fail verification: never followed.
+
+    Its ``follow`` handler and kwargs come from records a checkpoint no longer
+    vouches for, so nothing is called; it is recorded as not verified (it is not
+    followed again) and escalated with the finding.
+    """
+    reason = f"not followed: its records fail verification ({finding})"
+    yield Append(
+        {
+            "type": R.COMPENSATION_VERIFIED,
+            "saga": p.saga_id,
+            "step": p.step,
+            "token": p.token,
+            "verified": False,
+            "receipt": {},
+            "reason": reason,
+            "by": by,
+            "min_reader": 3,
+            "ts": time.time(),
+        }
+    )
+    yield from escalate(p.saga_id, p.step, f"pending compensation {reason}", by, doubt=True)
 
 
 def follow_receipt(p: PendingReceipt, by: str) -> Generator[Command, Any, FollowResult]:

@@ -25,6 +25,7 @@ from .._deferred import deferred_tool, halted_reason, run_deferred
 from .._runtime import drive_sync
 from .._undo import escalate
 from ..wal import records as R
+from ..wal.autocheckpoint import LogAudit
 from ..wal.deferred import DeferredFold, DeferredSaga, DeferredStep
 from ..wal.reader import Damage, Record
 from ..wal.store import LogStore, LogWriter
@@ -46,6 +47,7 @@ class DeferredTakeover:
     _store: LogStore
     _deferred: DeferredFold
     _offset: int
+    _audit: LogAudit
 
     if TYPE_CHECKING:  # pragma: no cover - provided by RecoveryDaemon
 
@@ -114,8 +116,16 @@ class DeferredTakeover:
             self._done(d, s, "done")
             return "done"
         tool = deferred_tool(s.tool)
-        # The kill switch first: a halted log never sends it behind the operator's back.
-        why = halted_reason(self.log(), s.tool, d.name) or self._why_not(s, tool)
+        # Records that fail a checkpoint never drive a call (their kwargs may be an
+        # attacker's); then the kill switch: never sent behind the operator's back.
+        finding = self._audit.finding(d.saga_id)
+        why = (
+            f"its records fail verification ({finding})"
+            if finding is not None
+            else halted_reason(self.log(), s.tool, d.name) or self._why_not(s, tool)
+        )
+        if finding is not None:
+            self._emit("tampered", saga=d.saga_id, step=s.step, finding=finding)
         if why is not None or tool is None:
             reason = f"deferred step {s.step} of committed saga {d.saga_id} not run: {why}"
             drive_sync(escalate(d.saga_id, s.step, reason, self.id), self)

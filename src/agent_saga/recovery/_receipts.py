@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._receipts import follow_receipt
+from .._receipts import follow_receipt, refuse_tampered
 from .._runtime import drive_sync
+from ..wal.autocheckpoint import LogAudit
 from ..wal.receipts import ReceiptFold
 from ..wal.store import LogWriter
 
@@ -32,6 +33,7 @@ class ReceiptFollower:
     _report: PassReport
     _receipts: ReceiptFold
     _stop: threading.Event
+    _audit: LogAudit
 
     if TYPE_CHECKING:  # pragma: no cover - provided by RecoveryDaemon
 
@@ -44,6 +46,12 @@ class ReceiptFollower:
         for p in self._receipts.pending():
             if self._stop.is_set():
                 return
+            finding = self._audit.finding(p.saga_id)
+            if finding is not None:  # a tampered follow could name any handler: never call it
+                drive_sync(refuse_tampered(p, finding, self.id), self)
+                self._report.escalated += 1
+                self._emit("tampered", saga=p.saga_id, step=p.step, finding=finding)
+                continue
             outcome, detail = drive_sync(follow_receipt(p, self.id), self)
             fields: dict[str, Any] = {"saga": p.saga_id, "step": p.step, "outcome": outcome}
             if detail:

@@ -160,6 +160,7 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover, ReceiptFollow
             seconds=checkpoint_seconds,
             cursor_name="offset" if self._store.kind == "file" else "seq",
             emit=self._emit,
+            keep_ended=self._acts_after_end,
         )
 
     # -- plumbing -------------------------------------------------------------------
@@ -272,12 +273,24 @@ class RecoveryDaemon(RetryCarrier, UndoTakeover, DeferredTakeover, ReceiptFollow
             self._finish_deferred(deferred)
         self._follow_receipts()
         self._seal_if_due()
-        self._audit.forget(lambda saga: self._fold.get(saga) is not None)
+        self._audit.forget(self._still_acting_on)
         self._emit("pass_complete", **self._report.as_dict())
         _observe.recovery_pass(
             lambda: pass_gauges(self._fold, self._usage, self._store, self.claim_seconds)
         )
         return self._report
+
+    def _acts_after_end(self, saga_id: str) -> bool:
+        """Whether an ended saga's records may still drive a deferred step or a follow-up."""
+        return self._deferred.get(saga_id) is not None or saga_id in self._receipts.sagas()
+
+    def _still_acting_on(self, saga_id: str) -> bool:
+        """Whether a pass may still act on ``saga_id`` (its leaves are kept for the audit).
+
+        Sagas the fold holds, and ended ones with deferred steps still to run or a
+        compensation still pending: both are driven by their records.
+        """
+        return self._fold.get(saga_id) is not None or self._acts_after_end(saga_id)
 
     def _gauges(self) -> dict[str, Any]:
         return pass_gauges(self._fold, self._usage, self._store, self.claim_seconds)

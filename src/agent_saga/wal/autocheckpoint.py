@@ -177,6 +177,9 @@ class LogAudit:
         cursor_name: ``offset`` (file) or ``seq`` (PostgreSQL), for messages.
         emit: Receives ``(event, **fields)`` for a checkpoint that fails.
         track_sagas: Keep each open saga's leaves (for :meth:`finding`).
+        keep_ended: Whether an ended saga's records may still drive an action (a
+            deferred step to run, a compensation to follow): its leaves are kept past
+            its ``saga_end``, until :meth:`forget`.
     """
 
     def __init__(
@@ -189,6 +192,7 @@ class LogAudit:
         cursor_name: str = "offset",
         emit: Emit | None = None,
         track_sagas: bool = True,
+        keep_ended: Callable[[str], bool] | None = None,
     ) -> None:
         self.key = key if key is not None else (signer.verify_key if signer else None)
         self.signer = signer if (every > 0 or seconds > 0) else None
@@ -197,6 +201,7 @@ class LogAudit:
         self.cursor_name = cursor_name
         self._emit = emit or (lambda event, **fields: None)
         self._track = track_sagas
+        self._keep_ended = keep_ended
         self.reset()
 
     def reset(self) -> None:
@@ -234,7 +239,8 @@ class LogAudit:
         saga = rec.data.get("saga")
         if not isinstance(saga, str) or not self._track:
             return
-        if rec.data.get("type") == R.SAGA_END:
+        keep = self._keep_ended
+        if rec.data.get("type") == R.SAGA_END and (keep is None or not keep(saga)):
             # Ended: the daemon compensates it no more (a retry re-reads and re-checks
             # it, :func:`verified_detail`), so memory follows open sagas, not the log.
             self._leaves.pop(saga, None)
